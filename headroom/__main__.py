@@ -1,0 +1,5 @@
+import sys
+
+from headroom.cli import main
+
+sys.exit(main())

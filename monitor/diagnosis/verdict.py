@@ -1,0 +1,76 @@
+"""What the diagnosis says: a cause, how sure, the numbers that decided it, and the fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Cause = Literal[
+    "idle",
+    "starved",
+    "seq-cap",
+    "kv-cap",
+    "token-cap",
+    "cpu-bound",
+    "launch-bound",
+    "compute-bound",
+    "memory-bound",
+    "comm-bound",
+    "client-limited",
+    "unknown",
+]
+
+CAUSES: tuple[Cause, ...] = (
+    "idle", "starved", "seq-cap", "kv-cap", "token-cap", "cpu-bound", "launch-bound",
+    "compute-bound", "memory-bound", "comm-bound", "client-limited", "unknown",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One number that decided a verdict, with the threshold it was held against."""
+
+    name: str  # e.g. "waiting_mean"
+    value: float | None
+    threshold: float | None = None
+    op: str = ""  # ">", "<", ">=", "<=", "~" or "" for context only
+    unit: str = ""  # "ratio", "req/s", "s", "cores", ...
+
+    def describe(self) -> str:
+        v = "n/a" if self.value is None else f"{self.value:.3g}"
+        if self.threshold is None or not self.op:
+            return f"{self.name}={v}{(' ' + self.unit) if self.unit else ''}"
+        return f"{self.name}={v} {self.op} {self.threshold:.3g}{(' ' + self.unit) if self.unit else ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    cause: Cause
+    confidence: float  # 0-1
+    scope: str  # "gpu:0", "engine:http://host:8000/metrics#model/0", or "box"
+    evidence: tuple[Evidence, ...]
+    fix: str  # the first thing to try, concrete
+    summary: str  # one line in words
+    since: float | None = None  # wall time it started (set by hysteresis)
+    missing: tuple[str, ...] = ()  # sources whose absence lowered confidence
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "cause": self.cause,
+            "confidence": round(self.confidence, 3),
+            "scope": self.scope,
+            "summary": self.summary,
+            "fix": self.fix,
+            "since": self.since,
+            "missing": list(self.missing),
+            "evidence": [
+                {
+                    "name": e.name,
+                    "value": e.value,
+                    "threshold": e.threshold,
+                    "op": e.op,
+                    "unit": e.unit,
+                }
+                for e in self.evidence
+            ],
+        }

@@ -1,0 +1,228 @@
+"""The snapshot report: one JSON-able dict for `snapshot --json`, the agent's API, the TUI and recordings.
+
+Field names here are a public interface (scripts parse them): add, never rename.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from monitor.diagnosis.verdict import Verdict
+from monitor.window import EngineWindow, GpuWindow, HostWindow, WindowStats
+
+REPORT_VERSION = 1
+
+
+def _r(v: float | None, nd: int = 4) -> float | None:
+    return None if v is None else round(float(v), nd)
+
+
+def gpu_json(g: GpuWindow) -> dict[str, Any]:
+    return {
+        "index": g.index,
+        "name": g.name,
+        "uuid": g.uuid,
+        "source": g.source,
+        "util": _r(g.util),
+        "sm_active": _r(g.sm_active),
+        "sm_occupancy": _r(g.sm_occupancy),
+        "tensor_active": _r(g.tensor_active),
+        "dram_active": _r(g.dram_active),
+        "fp16_active": _r(g.fp16_active),
+        "fp32_active": _r(g.fp32_active),
+        "mem_util": _r(g.mem_util),
+        "power_watts": _r(g.power_watts, 1),
+        "power_limit_watts": _r(g.power_limit_watts, 1),
+        "sm_clock_hz": _r(g.sm_clock_hz, 0),
+        "sm_clock_max_hz": _r(g.sm_clock_max_hz, 0),
+        "throttle_reasons": list(g.throttle_reasons) if g.throttle_reasons is not None else None,
+        "temperature_c": _r(g.temperature_c, 1),
+        "memory_used_bytes": g.memory_used_bytes,
+        "memory_total_bytes": g.memory_total_bytes,
+        "pcie_tx_bytes_per_s": _r(g.pcie_tx_bytes_per_s, 0),
+        "pcie_rx_bytes_per_s": _r(g.pcie_rx_bytes_per_s, 0),
+        "nvlink_tx_bytes_per_s": _r(g.nvlink_tx_bytes_per_s, 0),
+        "nvlink_rx_bytes_per_s": _r(g.nvlink_rx_bytes_per_s, 0),
+        "mig_parent": g.mig_parent,
+        "labels": dict(g.labels),
+    }
+
+
+def engine_json(e: EngineWindow) -> dict[str, Any]:
+    return {
+        "url": e.url,
+        "model_name": e.model_name,
+        "engine": e.engine,
+        "flavour": e.flavour,
+        "running": _r(e.running_mean, 3),
+        "running_max": _r(e.running_max, 3),
+        "waiting": _r(e.waiting_mean, 3),
+        "waiting_max": _r(e.waiting_max, 3),
+        "waiting_capacity": _r(e.waiting_capacity_mean, 3),
+        "waiting_deferred": _r(e.waiting_deferred_mean, 3),
+        "kv_cache_usage": _r(e.kv_cache_usage_mean),
+        "kv_cache_usage_max": _r(e.kv_cache_usage_max),
+        "preemptions_per_s": _r(e.preemptions_per_s),
+        "generation_tokens_per_s": _r(e.generation_tokens_per_s, 2),
+        "prompt_tokens_per_s": _r(e.prompt_tokens_per_s, 2),
+        "requests_per_s": _r(e.requests_per_s),
+        "admission_rejections_per_s": _r(e.admission_rejections_per_s),
+        "ttft_p50_s": _r(e.ttft_p50_s, 5),
+        "ttft_p95_s": _r(e.ttft_p95_s, 5),
+        "itl_p50_s": _r(e.itl_p50_s, 6),
+        "itl_p95_s": _r(e.itl_p95_s, 6),
+        "tpot_mean_s": _r(e.tpot_mean_s, 6),
+        "e2e_mean_s": _r(e.e2e_mean_s, 4),
+        "e2e_p50_s": _r(e.e2e_p50_s, 4),
+        "e2e_p95_s": _r(e.e2e_p95_s, 4),
+        "queue_mean_s": _r(e.queue_mean_s, 5),
+        "prefill_mean_s": _r(e.prefill_mean_s, 5),
+        "decode_mean_s": _r(e.decode_mean_s, 5),
+        "iteration_tokens_mean": _r(e.iteration_tokens_mean, 2),
+        "flops_per_s": _r(e.flops_per_s, 0),
+        "read_bytes_per_s": _r(e.read_bytes_per_s, 0),
+        "write_bytes_per_s": _r(e.write_bytes_per_s, 0),
+        "cache_config": dict(e.cache_config),
+        "samples": e.samples,
+    }
+
+
+def host_json(h: HostWindow) -> dict[str, Any]:
+    t = h.busiest_thread
+    return {
+        "cpu_count": h.cpu_count,
+        "cpu_busy_ratio": _r(h.cpu_busy_ratio),
+        "cpu_steal_ratio": _r(h.cpu_steal_ratio),
+        "cpu_freq_mhz": _r(h.cpu_freq_mhz, 0),
+        "cpu_freq_max_mhz": _r(h.cpu_freq_max_mhz, 0),
+        "engine_cpu_cores": _r(h.engine_cpu_cores, 3),
+        "busiest_thread": None
+        if t is None
+        else {"pid": t.pid, "tid": t.tid, "name": t.name, "cpu_ratio": _r(t.cpu_ratio)},
+        "pids": list(h.pids),
+    }
+
+
+def build_report(
+    window: WindowStats,
+    verdicts: Sequence[Verdict] = (),
+    analyses: Mapping[str, Mapping[str, Any]] | None = None,
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The report for one window. ``analyses`` maps an engine's scope to the diagnosis's
+    per-engine figures (Little's law, caps, roofline, busy fraction), placed under
+    the engine's ``analysis`` key; the key ``box`` goes to the top level."""
+    engines = []
+    for e in window.engines:
+        ej = engine_json(e)
+        ej["analysis"] = dict((analyses or {}).get(engine_scope(e), {}))
+        engines.append(ej)
+    return {
+        "version": REPORT_VERSION,
+        "time": window.wall_end,
+        "window_s": round(window.duration_s, 3),
+        "samples": window.samples,
+        "gpus": [gpu_json(g) for g in window.gpus],
+        "engines": engines,
+        "host": host_json(window.host) if window.host is not None else None,
+        "load": dict(window.load),
+        "errors": [
+            {"source": e.source, "target": e.target, "message": e.message} for e in window.errors
+        ],
+        "notes": list(notes),
+        "box": dict((analyses or {}).get("box", {})),
+        "verdicts": [v.to_json() for v in verdicts],
+    }
+
+
+def engine_scope(e: EngineWindow) -> str:
+    """The scope string verdicts use for an engine."""
+    return f"engine:{e.model_name}/{e.engine}@{e.url}"
+
+
+def gpu_scope(g: GpuWindow) -> str:
+    return f"gpu:{g.index}"
+
+
+def _fmt_ratio(v: Any) -> str:
+    return "-" if v is None else f"{100 * v:5.1f}%"
+
+
+def _fmt(v: Any, spec: str = ".3g", unit: str = "") -> str:
+    return "-" if v is None else f"{v:{spec}}{unit}"
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    """A readable table of one report, for `headroom snapshot` without --json."""
+    lines: list[str] = [
+        f"headroom snapshot: window {report['window_s']:.1f} s, {report['samples']} samples"
+    ]
+    gpus = report["gpus"]
+    lines.append("")
+    if gpus:
+        lines.append(
+            "GPU  name                      util  sm_act  occup  tensor   dram   power  memory"
+        )
+        for g in gpus:
+            mem = "-"
+            if g["memory_used_bytes"] is not None and g["memory_total_bytes"]:
+                mem = f"{g['memory_used_bytes'] / 2**30:.1f}/{g['memory_total_bytes'] / 2**30:.0f} GiB"
+            lines.append(
+                f"{g['index']:<4} {g['name'][:24]:<24} {_fmt_ratio(g['util'])} {_fmt_ratio(g['sm_active'])} "
+                f"{_fmt_ratio(g['sm_occupancy'])} {_fmt_ratio(g['tensor_active'])} {_fmt_ratio(g['dram_active'])} "
+                f"{_fmt(g['power_watts'], '6.0f', ' W')}  {mem}"
+            )
+    else:
+        lines.append("GPUs: none read")
+    lines.append("")
+    if report["engines"]:
+        lines.append(
+            "engine                         running waiting (cap)   KV  preempt/s  gen tok/s  TTFT p50/p95   ITL p50"
+        )
+        for e in report["engines"]:
+            label = f"{e['model_name']}/{e['engine']}"[:30]
+            ttft = f"{_fmt(e['ttft_p50_s'], '.3f')}/{_fmt(e['ttft_p95_s'], '.3f')} s"
+            lines.append(
+                f"{label:<30} {_fmt(e['running'], '7.1f')} {_fmt(e['waiting'], '7.1f')} ({_fmt(e['waiting_capacity'], '.0f')}) "
+                f"{_fmt_ratio(e['kv_cache_usage'])} {_fmt(e['preemptions_per_s'], '9.2f')} {_fmt(e['generation_tokens_per_s'], '10.1f')}  "
+                f"{ttft:<13} {_fmt(e['itl_p50_s'], '.4f', ' s')}"
+            )
+            lines.append(f"  {e['url']}")
+    else:
+        lines.append("engines: none read")
+    host = report.get("host")
+    if host:
+        lines.append("")
+        busiest = host["busiest_thread"]
+        bt = (
+            "-"
+            if busiest is None
+            else f"{busiest['name']} (pid {busiest['pid']}) {_fmt_ratio(busiest['cpu_ratio'])} of a core"
+        )
+        lines.append(
+            f"host: {host['cpu_count']} CPUs, busy {_fmt_ratio(host['cpu_busy_ratio'])}, steal {_fmt_ratio(host['cpu_steal_ratio'])}, "
+            f"engine {_fmt(host['engine_cpu_cores'], '.2f', ' cores')}, busiest thread {bt}"
+        )
+    if report.get("verdicts"):
+        lines.append("")
+        lines.append("diagnosis:")
+        for v in report["verdicts"]:
+            lines.append(f"  [{v['cause']}] {v['scope']}  confidence {v['confidence']:.2f}")
+            lines.append(f"    {v['summary']}")
+            ev = ", ".join(_evidence_text(x) for x in v["evidence"])
+            if ev:
+                lines.append(f"    evidence: {ev}")
+            lines.append(f"    fix: {v['fix']}")
+    for err in report["errors"]:
+        lines.append(f"! {err['source']} {err['target']}: {err['message']}")
+    for note in report.get("notes", []):
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def _evidence_text(e: Mapping[str, Any]) -> str:
+    v = "n/a" if e["value"] is None else f"{e['value']:.3g}"
+    if e.get("threshold") is None or not e.get("op"):
+        return f"{e['name']}={v}"
+    return f"{e['name']}={v} {e['op']} {e['threshold']:.3g}"

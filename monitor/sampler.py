@@ -1,0 +1,167 @@
+"""Ticks every source on monotonic deadlines into a bounded ring of immutable snapshots.
+
+The exporter, the diagnosis and the TUI only read the ring; nothing but the
+sampler calls NVML or HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from monitor.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
+from monitor.sources.base import Reading, Source
+from monitor.window import WindowStats, compute_window
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[Snapshot], None]
+
+
+class Sampler:
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        interval: float = 1.0,
+        capacity: int = 3600,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self.sources = list(sources)
+        self.interval = interval
+        self._clock = clock
+        self._wall = wall
+        self._ring: deque[Snapshot] = deque(maxlen=capacity)
+        self._lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        # HTTP sources block on the network: read them side by side so one slow
+        # endpoint does not delay the others' readings.
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, len(self.sources)), thread_name_prefix="headroom-source"
+        )
+        self.load_provider: Callable[[], tuple[tuple[str, float], ...]] | None = None
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _read_one(self, source: Source) -> Reading:
+        try:
+            return source.read()
+        except Exception as exc:  # a source must not raise, but a bug must not kill sampling
+            log.warning("source %s failed: %s", source.name, exc)
+            return Reading(errors=(SourceError(source.name, "", f"{type(exc).__name__}: {exc}"),))
+
+    def tick(self) -> Snapshot:
+        """Read every source once and append the snapshot to the ring."""
+        t0 = self._clock()
+        if len(self.sources) == 1:
+            readings = [self._read_one(self.sources[0])]
+        else:
+            readings = list(self._pool.map(self._read_one, self.sources))
+        gpus: list[GpuSample] = []
+        engines: list[EngineSample] = []
+        errors: list[SourceError] = []
+        host: HostSample | None = None
+        for r in readings:
+            gpus.extend(r.gpus)
+            engines.extend(r.engines)
+            errors.extend(r.errors)
+            if r.host is not None:
+                host = r.host
+        load = self.load_provider() if self.load_provider is not None else ()
+        t1 = self._clock()
+        snap = Snapshot(
+            t=t1,
+            wall=self._wall(),
+            gpus=tuple(gpus),
+            engines=tuple(engines),
+            host=host,
+            errors=tuple(errors),
+            duration_s=t1 - t0,
+            load=load,
+        )
+        self.push(snap)
+        return snap
+
+    def push(self, snap: Snapshot) -> None:
+        """Append a snapshot (from a tick, or from a replay) and tell the listeners."""
+        with self._lock:
+            self._ring.append(snap)
+        for listener in self._listeners:
+            try:
+                listener(snap)
+            except Exception:
+                log.exception("snapshot listener failed")
+
+    def snapshots(self) -> tuple[Snapshot, ...]:
+        with self._lock:
+            return tuple(self._ring)
+
+    def latest(self) -> Snapshot | None:
+        with self._lock:
+            return self._ring[-1] if self._ring else None
+
+    def window(self, seconds: float | None = None, end: float | None = None) -> WindowStats:
+        snaps = self.snapshots()
+        if not snaps:
+            return compute_window(())
+        stop = end if end is not None else snaps[-1].t
+        # One tick's reading covers the interval before it; include one snapshot
+        # before the start so counters have a baseline at the window's edge.
+        start = None if seconds is None else stop - seconds - 1e-9
+        if start is not None:
+            earlier = [s for s in snaps if s.t < start]
+            if earlier:
+                start = earlier[-1].t
+        return compute_window(snaps, start, stop)
+
+    def run(self, duration: float | None = None) -> None:
+        """Tick on monotonic deadlines until stopped (or for ``duration`` seconds).
+
+        A tick that overruns skips the deadlines it missed instead of bursting to
+        catch up, so a stalled machine does not produce a volley of tiny windows.
+        """
+        start = self._clock()
+        deadline = start
+        while not self._stop.is_set():
+            self.tick()
+            deadline += self.interval
+            now = self._clock()
+            if duration is not None and now - start >= duration - 1e-6:
+                break
+            if now > deadline:
+                missed = int((now - deadline) / self.interval) + 1
+                deadline += missed * self.interval
+            if duration is not None:
+                deadline = min(deadline, start + duration)
+            self._stop.wait(max(0.0, deadline - self._clock()))
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self.run, name="headroom-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def close(self) -> None:
+        self.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for s in self.sources:
+            try:
+                s.close()
+            except Exception:
+                log.exception("closing source %s", s.name)

@@ -1,0 +1,167 @@
+"""Typed, immutable readings: what each source returns on one tick.
+
+A value a device or server does not support, or that could not be read, is
+``None``, never 0: a 0 would be a claim ("the tensor cores were idle") that we
+cannot make. Only the edges decide how to show a ``None`` (the exporter omits
+the series, the TUI shows a dash, JSON writes null).
+
+GPU and host samples carry values *over the tick just ended* (the sources are
+stateful: NVML's driver samples and GPM both need two readings). Engine samples
+carry the server's raw cumulative counters and histogram buckets, so that any
+two samples of a window give rates and quantiles (see ``monitor.window``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+GpuSourceKind = Literal["nvml", "dcgm", "dcgm-exporter"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU (or MIG instance) over one tick. Ratios are 0-1."""
+
+    index: int
+    uuid: str
+    name: str
+    source: GpuSourceKind
+    # NVML duty cycle: share of the period with any kernel running.
+    util: float | None = None
+    # NVML memory duty cycle (not bandwidth: see dram_active).
+    mem_util: float | None = None
+    # GPM / DCGM profiling metrics.
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    fp16_active: float | None = None
+    fp32_active: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    sm_clock_hz: float | None = None
+    sm_clock_max_hz: float | None = None
+    # Names of active clock-throttle reasons ("sw_power_cap", "hw_slowdown", ...).
+    throttle_reasons: tuple[str, ...] | None = None
+    temperature_c: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    nvlink_tx_bytes_per_s: float | None = None
+    nvlink_rx_bytes_per_s: float | None = None
+    # MIG: the parent GPU's index when this is a MIG instance.
+    mig_parent: int | None = None
+    # Extra labels kept from the source (dcgm-exporter's pod, namespace, ...).
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A cumulative Prometheus histogram: ``buckets`` are (upper bound, cumulative count)."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """One serving engine (one ``model_name``/``engine`` pair of one URL) at one instant.
+
+    Gauges are instantaneous; ``*_total`` fields are the server's cumulative
+    counters; ``histograms`` maps canonical names (see
+    ``monitor.sources.metric_names``) to cumulative histograms.
+    """
+
+    url: str
+    model_name: str
+    engine: str
+    running: float | None = None
+    waiting: float | None = None
+    waiting_capacity: float | None = None
+    waiting_deferred: float | None = None
+    kv_cache_usage: float | None = None
+    preemptions_total: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    request_success_total: float | None = None
+    admission_rejections_total: float | None = None
+    estimated_flops_total: float | None = None
+    estimated_read_bytes_total: float | None = None
+    estimated_write_bytes_total: float | None = None
+    histograms: tuple[tuple[str, Histogram], ...] = ()
+    # vllm:cache_config_info labels (block_size, num_gpu_blocks, ...).
+    cache_config: tuple[tuple[str, str], ...] = ()
+    # Which server family answered ("vllm", ...): selects the name table.
+    flavour: str = "vllm"
+
+    def histogram(self, name: str) -> Histogram | None:
+        for key, hist in self.histograms:
+            if key == name:
+                return hist
+        return None
+
+    def cache_config_value(self, key: str) -> str | None:
+        for k, v in self.cache_config:
+            if k == key:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadCpu:
+    tid: int
+    name: str
+    cpu_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCpu:
+    """Cumulative CPU of one engine process and its threads."""
+
+    pid: int
+    name: str
+    cpu_seconds: float
+    threads: tuple[ThreadCpu, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """The host at one instant: cumulative CPU times, so a window yields rates."""
+
+    cpu_count: int
+    # Cumulative seconds summed over all CPUs (psutil.cpu_times()).
+    cpu_total_seconds: float
+    cpu_idle_seconds: float
+    cpu_steal_seconds: float | None = None
+    cpu_freq_mhz: float | None = None
+    cpu_freq_max_mhz: float | None = None
+    # The engine's processes (found from a port or given PIDs).
+    processes: tuple[ProcessCpu, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceError:
+    """A source that failed on this tick: shown in place, never fatal."""
+
+    source: str  # "nvml", "dcgm-exporter", "vllm", "host", ...
+    target: str  # the URL, the GPU, or "" when not specific
+    message: str  # one line, for humans
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything read on one tick. ``t`` is monotonic seconds, ``wall`` Unix time."""
+
+    t: float
+    wall: float
+    gpus: tuple[GpuSample, ...] = ()
+    engines: tuple[EngineSample, ...] = ()
+    host: HostSample | None = None
+    errors: tuple[SourceError, ...] = ()
+    # Seconds the tick took to read every source (a self-metric).
+    duration_s: float = 0.0
+    # Load the generator reports while it drives (target concurrency/rate, client in-flight).
+    load: tuple[tuple[str, float], ...] = field(default=())

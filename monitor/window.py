@@ -1,0 +1,437 @@
+"""Aggregates over a sliding window of snapshots.
+
+GPU and host figures are means over the window. Engine counters become rates
+(a decrease between two samples is a server restart: the new value is the
+increase since it, as Prometheus's ``rate`` does), and histograms become the
+bucket deltas over the window, from which means and quantiles follow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+
+from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot, SourceError
+
+# Canonical histogram names (see monitor.sources.metric_names).
+TTFT = "time_to_first_token_seconds"
+ITL = "inter_token_latency_seconds"
+TPOT = "request_time_per_output_token_seconds"
+E2E = "e2e_request_latency_seconds"
+QUEUE = "request_queue_time_seconds"
+PREFILL = "request_prefill_time_seconds"
+DECODE = "request_decode_time_seconds"
+ITERATION_TOKENS = "iteration_tokens_total"
+REQUEST_PREEMPTIONS = "request_num_preemptions"
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _min(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def counter_increase(values: Sequence[float | None]) -> float | None:
+    """Increase of a cumulative counter over consecutive readings, across resets."""
+    present = [v for v in values if v is not None]
+    if len(present) < 2:
+        return None
+    total = 0.0
+    for prev, cur in zip(present, present[1:]):
+        total += cur - prev if cur >= prev else cur
+    return total
+
+
+def histogram_delta(hists: Sequence[Histogram | None]) -> Histogram | None:
+    """Observations added over consecutive readings of a cumulative histogram."""
+    present = [h for h in hists if h is not None]
+    if len(present) < 2:
+        return None
+    bounds = [le for le, _ in present[-1].buckets]
+    acc = [0.0] * len(bounds)
+    total_sum = 0.0
+    total_count = 0.0
+    for prev, cur in zip(present, present[1:]):
+        cur_bounds = [le for le, _ in cur.buckets]
+        if cur_bounds != bounds:
+            # The server changed its buckets (a restart with new settings): restart accumulation.
+            acc = [0.0] * len(bounds)
+            total_sum = total_count = 0.0
+            continue
+        reset = cur.count < prev.count or [le for le, _ in prev.buckets] != bounds
+        for i, (_, c) in enumerate(cur.buckets):
+            acc[i] += c if reset else c - prev.buckets[i][1]
+        total_sum += cur.sum if reset else cur.sum - prev.sum
+        total_count += cur.count if reset else cur.count - prev.count
+    return Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
+
+
+def histogram_quantile(q: float, hist: Histogram | None) -> float | None:
+    """Prometheus's ``histogram_quantile``: linear within the bucket holding the rank."""
+    if hist is None or hist.count <= 0 or not hist.buckets:
+        return None
+    rank = q * hist.buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for le, cum in hist.buckets:
+        if cum >= rank:
+            if math.isinf(le):
+                return lower_bound
+            if cum == lower_count:
+                return le
+            return lower_bound + (le - lower_bound) * (rank - lower_count) / (cum - lower_count)
+        lower_bound, lower_count = le, cum
+    return lower_bound
+
+
+def histogram_mean(hist: Histogram | None) -> float | None:
+    if hist is None or hist.count <= 0:
+        return None
+    return hist.sum / hist.count
+
+
+def histogram_share_at_least(hist: Histogram | None, threshold: float) -> float | None:
+    """Share of observations in buckets whose lower bound is >= ``threshold``.
+
+    Used for the token budget: the share of engine steps that filled it.
+    """
+    if hist is None or hist.count <= 0:
+        return None
+    below = 0.0
+    for le, cum in hist.buckets:
+        if le < threshold:
+            below = cum
+    total = hist.buckets[-1][1]
+    return max(0.0, (total - below) / total) if total > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuWindow:
+    index: int
+    uuid: str
+    name: str
+    source: str
+    util: float | None
+    util_max: float | None
+    mem_util: float | None
+    sm_active: float | None
+    sm_occupancy: float | None
+    tensor_active: float | None
+    dram_active: float | None
+    fp16_active: float | None
+    fp32_active: float | None
+    power_watts: float | None
+    power_limit_watts: float | None
+    sm_clock_hz: float | None
+    sm_clock_max_hz: float | None
+    throttle_reasons: tuple[str, ...] | None
+    temperature_c: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    pcie_tx_bytes_per_s: float | None
+    pcie_rx_bytes_per_s: float | None
+    nvlink_tx_bytes_per_s: float | None
+    nvlink_rx_bytes_per_s: float | None
+    mig_parent: int | None
+    labels: tuple[tuple[str, str], ...]
+    samples: int
+
+
+_GPU_MEANS = (
+    "util", "mem_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+    "fp16_active", "fp32_active", "power_watts", "sm_clock_hz", "temperature_c",
+    "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
+    "nvlink_rx_bytes_per_s",
+)  # fmt: skip
+
+
+def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
+    last = samples[-1]
+    means = {name: _mean(getattr(s, name) for s in samples) for name in _GPU_MEANS}
+    reasons: set[str] = set()
+    any_reasons = False
+    for s in samples:
+        if s.throttle_reasons is not None:
+            any_reasons = True
+            reasons.update(s.throttle_reasons)
+    return GpuWindow(
+        index=last.index,
+        uuid=last.uuid,
+        name=last.name,
+        source=last.source,
+        util_max=_max(s.util for s in samples),
+        power_limit_watts=last.power_limit_watts,
+        sm_clock_max_hz=last.sm_clock_max_hz,
+        throttle_reasons=tuple(sorted(reasons)) if any_reasons else None,
+        memory_used_bytes=last.memory_used_bytes,
+        memory_total_bytes=last.memory_total_bytes,
+        mig_parent=last.mig_parent,
+        labels=last.labels,
+        samples=len(samples),
+        **means,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineWindow:
+    url: str
+    model_name: str
+    engine: str
+    flavour: str
+    elapsed_s: float
+    samples: int
+    running_mean: float | None
+    running_max: float | None
+    running_min: float | None
+    waiting_mean: float | None
+    waiting_max: float | None
+    waiting_first: float | None
+    waiting_last: float | None
+    waiting_capacity_mean: float | None
+    waiting_deferred_mean: float | None
+    kv_cache_usage_mean: float | None
+    kv_cache_usage_max: float | None
+    preemptions_per_s: float | None
+    prompt_tokens_per_s: float | None
+    generation_tokens_per_s: float | None
+    requests_per_s: float | None
+    admission_rejections_per_s: float | None
+    flops_per_s: float | None
+    read_bytes_per_s: float | None
+    write_bytes_per_s: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    ttft_mean_s: float | None
+    itl_p50_s: float | None
+    itl_p95_s: float | None
+    tpot_mean_s: float | None
+    e2e_mean_s: float | None
+    e2e_p50_s: float | None
+    e2e_p95_s: float | None
+    queue_mean_s: float | None
+    prefill_mean_s: float | None
+    decode_mean_s: float | None
+    iteration_tokens_mean: float | None
+    # Per-sample series, oldest first: the plateau of running while waiting > 0 is the sequence cap.
+    running_series: tuple[float, ...]
+    waiting_series: tuple[float, ...]
+    # Histogram deltas over the window, by canonical name.
+    histograms: tuple[tuple[str, Histogram], ...]
+    cache_config: tuple[tuple[str, str], ...]
+
+    def histogram(self, name: str) -> Histogram | None:
+        for key, hist in self.histograms:
+            if key == name:
+                return hist
+        return None
+
+    @property
+    def in_flight_mean(self) -> float | None:
+        if self.running_mean is None:
+            return None
+        return self.running_mean + (self.waiting_mean or 0.0)
+
+
+def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
+    last = samples[-1]
+    elapsed = times[-1] - times[0] if len(times) >= 2 else 0.0
+
+    def rate(name: str) -> float | None:
+        inc = counter_increase([getattr(s, name) for s in samples])
+        if inc is None or elapsed <= 0:
+            return None
+        return inc / elapsed
+
+    names = [k for k, _ in last.histograms]
+    deltas = {n: histogram_delta([s.histogram(n) for s in samples]) for n in names}
+    deltas = {n: h for n, h in deltas.items() if h is not None}
+    running = [s.running for s in samples]
+    waiting = [s.waiting for s in samples]
+    return EngineWindow(
+        url=last.url,
+        model_name=last.model_name,
+        engine=last.engine,
+        flavour=last.flavour,
+        elapsed_s=elapsed,
+        samples=len(samples),
+        running_mean=_mean(running),
+        running_max=_max(running),
+        running_min=_min(running),
+        waiting_mean=_mean(waiting),
+        waiting_max=_max(waiting),
+        waiting_first=next((w for w in waiting if w is not None), None),
+        waiting_last=next((w for w in reversed(waiting) if w is not None), None),
+        waiting_capacity_mean=_mean(s.waiting_capacity for s in samples),
+        waiting_deferred_mean=_mean(s.waiting_deferred for s in samples),
+        kv_cache_usage_mean=_mean(s.kv_cache_usage for s in samples),
+        kv_cache_usage_max=_max(s.kv_cache_usage for s in samples),
+        preemptions_per_s=rate("preemptions_total"),
+        prompt_tokens_per_s=rate("prompt_tokens_total"),
+        generation_tokens_per_s=rate("generation_tokens_total"),
+        requests_per_s=rate("request_success_total"),
+        admission_rejections_per_s=rate("admission_rejections_total"),
+        flops_per_s=rate("estimated_flops_total"),
+        read_bytes_per_s=rate("estimated_read_bytes_total"),
+        write_bytes_per_s=rate("estimated_write_bytes_total"),
+        ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
+        ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
+        ttft_mean_s=histogram_mean(deltas.get(TTFT)),
+        itl_p50_s=histogram_quantile(0.5, deltas.get(ITL)),
+        itl_p95_s=histogram_quantile(0.95, deltas.get(ITL)),
+        tpot_mean_s=histogram_mean(deltas.get(TPOT)),
+        e2e_mean_s=histogram_mean(deltas.get(E2E)),
+        e2e_p50_s=histogram_quantile(0.5, deltas.get(E2E)),
+        e2e_p95_s=histogram_quantile(0.95, deltas.get(E2E)),
+        queue_mean_s=histogram_mean(deltas.get(QUEUE)),
+        prefill_mean_s=histogram_mean(deltas.get(PREFILL)),
+        decode_mean_s=histogram_mean(deltas.get(DECODE)),
+        iteration_tokens_mean=histogram_mean(deltas.get(ITERATION_TOKENS)),
+        running_series=tuple(v for v in running if v is not None),
+        waiting_series=tuple(v for v in waiting if v is not None),
+        histograms=tuple(sorted(deltas.items())),
+        cache_config=last.cache_config,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadLoad:
+    pid: int
+    tid: int
+    name: str
+    cpu_ratio: float  # share of one core
+
+
+@dataclass(frozen=True, slots=True)
+class HostWindow:
+    cpu_count: int
+    cpu_busy_ratio: float | None  # share of all CPUs busy
+    cpu_steal_ratio: float | None
+    cpu_freq_mhz: float | None
+    cpu_freq_max_mhz: float | None
+    engine_cpu_cores: float | None  # CPU of the engine's processes, in cores
+    busiest_thread: ThreadLoad | None
+    pids: tuple[int, ...]
+
+
+def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWindow:
+    first, last = samples[0], samples[-1]
+    elapsed = times[-1] - times[0] if len(times) >= 2 else 0.0
+    busy = steal = None
+    total = last.cpu_total_seconds - first.cpu_total_seconds
+    if total > 0:
+        idle = last.cpu_idle_seconds - first.cpu_idle_seconds
+        busy = min(1.0, max(0.0, 1.0 - idle / total))
+        if first.cpu_steal_seconds is not None and last.cpu_steal_seconds is not None:
+            steal = min(1.0, max(0.0, (last.cpu_steal_seconds - first.cpu_steal_seconds) / total))
+    engine_cores = None
+    busiest: ThreadLoad | None = None
+    if elapsed > 0 and last.processes:
+        before = {p.pid: p for p in first.processes}
+        engine_cores = 0.0
+        for proc in last.processes:
+            prev = before.get(proc.pid)
+            if prev is None:
+                continue  # appeared within the window: no baseline, do not guess
+            engine_cores += max(0.0, proc.cpu_seconds - prev.cpu_seconds) / elapsed
+            prev_threads = {t.tid: t for t in prev.threads}
+            for th in proc.threads:
+                pt = prev_threads.get(th.tid)
+                if pt is None:
+                    continue
+                ratio = max(0.0, th.cpu_seconds - pt.cpu_seconds) / elapsed
+                if busiest is None or ratio > busiest.cpu_ratio:
+                    busiest = ThreadLoad(proc.pid, th.tid, th.name, ratio)
+    return HostWindow(
+        cpu_count=last.cpu_count,
+        cpu_busy_ratio=busy,
+        cpu_steal_ratio=steal,
+        cpu_freq_mhz=_mean(s.cpu_freq_mhz for s in samples),
+        cpu_freq_max_mhz=last.cpu_freq_max_mhz,
+        engine_cpu_cores=engine_cores,
+        busiest_thread=busiest,
+        pids=tuple(p.pid for p in last.processes),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    start: float  # monotonic
+    end: float
+    wall_end: float
+    samples: int
+    gpus: tuple[GpuWindow, ...]
+    engines: tuple[EngineWindow, ...]
+    host: HostWindow | None
+    errors: tuple[SourceError, ...]  # those of the latest tick
+    load: tuple[tuple[str, float], ...]  # means of the load generator's figures
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+def _gpu_key(g: GpuSample) -> tuple[str, str, int]:
+    return (g.source, g.uuid, g.index)
+
+
+def _engine_key(e: EngineSample) -> tuple[str, str, str]:
+    return (e.url, e.model_name, e.engine)
+
+
+def compute_window(
+    snapshots: Sequence[Snapshot], start: float | None = None, end: float | None = None
+) -> WindowStats:
+    """Aggregate the snapshots whose monotonic time lies in [start, end]."""
+    snaps = [
+        s for s in snapshots if (start is None or s.t >= start) and (end is None or s.t <= end)
+    ]
+    if not snaps:
+        t = end if end is not None else 0.0
+        return WindowStats(t, t, 0.0, 0, (), (), None, (), ())
+    gpu_groups: dict[tuple[str, str, int], list[GpuSample]] = {}
+    engine_groups: dict[tuple[str, str, str], tuple[list[EngineSample], list[float]]] = {}
+    host_samples: list[HostSample] = []
+    host_times: list[float] = []
+    load_acc: dict[str, list[float]] = {}
+    for snap in snaps:
+        for g in snap.gpus:
+            gpu_groups.setdefault(_gpu_key(g), []).append(g)
+        for e in snap.engines:
+            samples, times = engine_groups.setdefault(_engine_key(e), ([], []))
+            samples.append(e)
+            times.append(snap.t)
+        if snap.host is not None:
+            host_samples.append(snap.host)
+            host_times.append(snap.t)
+        for k, v in snap.load:
+            load_acc.setdefault(k, []).append(v)
+    gpus = tuple(
+        gpu_window(v) for _, v in sorted(gpu_groups.items(), key=lambda kv: (kv[0][2], kv[0][1]))
+    )
+    engines = tuple(engine_window(s, t) for s, t in engine_groups.values())
+    host = host_window(host_samples, host_times) if host_samples else None
+    load = tuple((k, sum(v) / len(v)) for k, v in load_acc.items())
+    return WindowStats(
+        start=snaps[0].t,
+        end=snaps[-1].t,
+        wall_end=snaps[-1].wall,
+        samples=len(snaps),
+        gpus=gpus,
+        engines=engines,
+        host=host,
+        errors=snaps[-1].errors,
+        load=load,
+    )
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
