@@ -1,0 +1,245 @@
+"""What headroom's sampling costs on a real GPU, beside nvitop-exporter sampling the same GPU.
+
+Each configuration runs in its own process (so its CPU time is its own) while a
+bf16 matmul loop keeps the GPU busy; CPU per tick = process CPU time over the
+ticks, as a share of one core at the interval. nvitop-exporter runs beside the
+full configuration at the same interval, scraped every 5 s as Prometheus would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
+
+CONFIGS = {
+    "nvml-1s": {"gpm": False, "host": False, "vllm": False, "interval": 1.0, "seconds": 15.0},
+    "nvml+gpm-1s": {"gpm": True, "host": False, "vllm": False, "interval": 1.0, "seconds": 15.0},
+    "full-1s": {"gpm": True, "host": True, "vllm": True, "interval": 1.0, "seconds": 20.0},
+    "nvml-100ms": {"gpm": False, "host": False, "vllm": False, "interval": 0.1, "seconds": 8.0},
+    "nvml+gpm-100ms": {"gpm": True, "host": False, "vllm": False, "interval": 0.1, "seconds": 8.0},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_fixture(port: int) -> http.server.ThreadingHTTPServer:
+    body = FIXTURE.read_bytes()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def run_one(name: str, vllm_url: str | None, workload_pid: int | None) -> dict[str, object]:
+    from monitor.sampler import Sampler
+    from monitor.sources.host import HostSource
+    from monitor.sources.nvml import NvmlSource
+    from monitor.sources.vllm import VllmSource
+
+    cfg = CONFIGS[name]
+    sources: list[object] = [NvmlSource(gpm=bool(cfg["gpm"]))]
+    if cfg["host"]:
+        sources.append(HostSource(pids=[workload_pid] if workload_pid else []))
+    if cfg["vllm"] and vllm_url:
+        sources.append(VllmSource(vllm_url))
+    sampler = Sampler(sources, interval=float(cfg["interval"]), capacity=100_000)
+    sampler.tick()  # first tick allocates GPM buffers and warms caches: not counted
+    c0, t0 = time.process_time(), time.monotonic()
+    sampler.run(duration=float(cfg["seconds"]))
+    c1, t1 = time.process_time(), time.monotonic()
+    snaps = sampler.snapshots()[1:]
+    sampler.close()
+    ticks = len(snaps)
+    cpu = c1 - c0
+    g = snaps[-1].gpus[0] if snaps and snaps[-1].gpus else None
+    return {
+        "config": name,
+        "ticks": ticks,
+        "gpus": len(snaps[-1].gpus) if snaps else 0,
+        "cpu_s": cpu,
+        "cpu_ms_per_tick": 1000 * cpu / max(1, ticks),
+        "core_share": cpu / (t1 - t0),
+        "median_tick_wall_ms": 1000 * sorted(s.duration_s for s in snaps)[len(snaps) // 2]
+        if snaps
+        else None,
+        "fields_read": sorted(
+            k
+            for k in (
+                "util",
+                "sm_active",
+                "sm_occupancy",
+                "tensor_active",
+                "dram_active",
+                "fp16_active",
+                "fp32_active",
+                "power_watts",
+                "sm_clock_hz",
+                "memory_used_bytes",
+                "pcie_tx_bytes_per_s",
+                "nvlink_tx_bytes_per_s",
+                "temperature_c",
+                "throttle_reasons",
+            )
+            if g is not None and getattr(g, k) is not None
+        ),
+        "engines": len(snaps[-1].engines) if snaps else 0,
+    }
+
+
+def nvitop_beside(seconds: float, interval: float) -> dict[str, object]:
+    import psutil
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "nvitop-exporter",
+            "--bind-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--interval",
+            str(interval),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4.0)  # start-up and first collection are not counted
+    p = psutil.Process(proc.pid)
+    c0 = sum(p.cpu_times()[:2])
+    t0 = time.monotonic()
+    body = ""
+    import urllib.request
+
+    while time.monotonic() - t0 < seconds:
+        time.sleep(5.0)
+        try:
+            body = (
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                .read()
+                .decode()
+            )
+        except Exception as exc:
+            body = f"scrape failed: {exc}"
+    c1 = sum(p.cpu_times()[:2])
+    t1 = time.monotonic()
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    families = sorted(
+        {
+            line.split("{")[0].split(" ")[0]
+            for line in body.splitlines()
+            if line and not line.startswith("#")
+        }
+    )
+    ticks = (t1 - t0) / interval
+    return {
+        "config": f"nvitop-exporter-{interval:g}s",
+        "cpu_s": c1 - c0,
+        "cpu_ms_per_tick": 1000 * (c1 - c0) / ticks,
+        "core_share": (c1 - c0) / (t1 - t0),
+        "families": len(families),
+        "gpu_families": [f for f in families if "gpu" in f.lower() or "nvml" in f.lower()][:60],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--one")
+    ap.add_argument("--vllm-url")
+    ap.add_argument("--pid", type=int)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one, args.vllm_url, args.pid)), flush=True)
+        return
+    port = free_port()
+    srv = serve_fixture(port)
+    load = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench/gpu/workloads.py"), "matmul", "--seconds", "200"],
+        stdout=subprocess.DEVNULL,
+    )
+    time.sleep(4.0)
+    results = []
+    for name in CONFIGS:
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            name,
+            "--vllm-url",
+            f"http://127.0.0.1:{port}/metrics",
+            "--pid",
+            str(load.pid),
+        ]
+        if name == "full-1s":
+            holder: dict[str, object] = {}
+
+            def beside(h: dict[str, object] = holder) -> None:
+                h.update(nvitop_beside(18.0, 1.0))
+
+            th = threading.Thread(target=beside)
+            th.start()
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            th.join()
+            results.append(holder)
+        else:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        try:
+            results.append(json.loads(res.stdout.strip().splitlines()[-1]))
+        except Exception:
+            results.append({"config": name, "error": (res.stderr or res.stdout)[-1500:]})
+        print(json.dumps(results[-1]), flush=True)
+    load.terminate()
+    srv.shutdown()
+    lines = [
+        f"# headroom agent cost on a real GPU ({time.strftime('%Y-%m-%d')}), matmul loop running; one GPU",
+        f"# host: {os.cpu_count()} CPUs; CPU per tick = process CPU / ticks; core share = CPU / wall",
+        f"{'config':<24} {'ticks':>6} {'ms CPU/tick':>12} {'% of a core':>12}  fields",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['config']:<24} ERROR {str(r['error'])[-300:]!r}")
+            continue
+        fields = r.get("fields_read") or r.get("gpu_families")
+        lines.append(
+            f"{r['config']:<24} {r.get('ticks', '-')!s:>6} {r['cpu_ms_per_tick']:>12.3f} {100 * r['core_share']:>11.3f}%  {fields}"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n" + json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Flags and wiring shared by the commands that watch (snapshot, agent, watch)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from monitor.errors import ConfigError
+
+
+def add_source_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sources")
+    g.add_argument(
+        "--vllm",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="a vLLM server (base URL or its /metrics); repeat for several",
+    )
+    g.add_argument("--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics endpoint")
+    g.add_argument("--dcgm", action="store_true", help="read GPUs through DCGM's pydcgm bindings")
+    g.add_argument("--no-nvml", action="store_true", help="do not read GPUs through NVML")
+    g.add_argument("--no-gpm", action="store_true", help="NVML without GPM profiling metrics")
+    g.add_argument("--no-host", action="store_true", help="do not read host CPU")
+    g.add_argument(
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        help="an engine process to watch (default: found from the vLLM port)",
+    )
+    g.add_argument("--timeout", type=float, default=2.0, help="HTTP timeout in seconds (default 2)")
+
+
+def add_diagnosis_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("diagnosis")
+    g.add_argument("--max-num-seqs", type=int, help="the engine's --max-num-seqs (else inferred)")
+    g.add_argument("--max-num-batched-tokens", type=int, help="the engine's token budget per step")
+    g.add_argument(
+        "--gpu-model", help="peak-table entry to use (e.g. H200) when the name is not matched"
+    )
+    g.add_argument("--thresholds", metavar="FILE", help="TOML or YAML file of diagnosis thresholds")
+
+
+def build_sources_from_args(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
+    from monitor.sources.build import build_sources
+
+    if args.timeout <= 0:
+        raise ConfigError("--timeout must be positive")
+    return build_sources(
+        vllm_urls=args.vllm,
+        dcgm_exporter_url=args.dcgm_exporter,
+        nvml=not args.no_nvml,
+        dcgm=args.dcgm,
+        gpm=not args.no_gpm,
+        host=not args.no_host,
+        host_pids=args.pid,
+        timeout=args.timeout,
+    )
+
+
+def build_diagnoser_from_args(args: argparse.Namespace) -> Any:
+    from monitor.diagnosis import Caps, Diagnoser, Thresholds, load_thresholds
+
+    thresholds = load_thresholds(args.thresholds) if args.thresholds else Thresholds()
+    for name in ("max_num_seqs", "max_num_batched_tokens"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive")
+    caps = Caps(
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu=args.gpu_model,
+    )
+    return Diagnoser(thresholds, caps)

@@ -1,0 +1,80 @@
+"""`headroom snapshot`: sample every source for a window and print one reading with verdicts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from headroom.commands.common import (
+    add_diagnosis_flags,
+    add_source_flags,
+    build_diagnoser_from_args,
+    build_sources_from_args,
+)
+from monitor.errors import ConfigError, NoDataError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "snapshot",
+        help="one reading of GPUs, engines and host, with the diagnosis",
+        description=(
+            "Sample every source for --window seconds, then print the window's figures and "
+            "the diagnosis. Exits 1 only when no GPU or engine source produced data."
+        ),
+    )
+    add_source_flags(p)
+    add_diagnosis_flags(p)
+    p.add_argument("--window", type=float, default=2.0, help="seconds to sample (default 2)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        help="seconds between readings (default: a quarter of the window, at most 1)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from monitor.pipeline import Monitor
+    from monitor.sampler import Sampler
+
+    if args.window <= 0:
+        raise ConfigError("--window must be positive")
+    interval = args.interval if args.interval is not None else min(1.0, args.window / 4)
+    if interval <= 0:
+        raise ConfigError("--interval must be positive")
+    diagnoser = build_diagnoser_from_args(args)
+    sources, notes = build_sources_from_args(args)
+    for note in notes:
+        print(f"headroom snapshot: {note}", file=sys.stderr)
+    if not sources:
+        raise NoDataError(
+            "no source to read: give --vllm URL or --dcgm-exporter URL, or run where NVML works"
+        )
+    sampler = Sampler(sources, interval=interval, capacity=10_000)
+    monitor = Monitor(sampler, diagnoser, window_s=args.window, notes=tuple(notes))
+    try:
+        sampler.run(duration=args.window)
+    finally:
+        sampler.close()
+    report = monitor.report()
+    assert report is not None  # run() ticks at least once
+    seen: set[tuple[str, str]] = set()
+    for snap in sampler.snapshots():
+        for err in snap.errors:
+            if (err.source, err.target) not in seen:
+                seen.add((err.source, err.target))
+                print(
+                    f"headroom snapshot: {err.source} {err.target}: {err.message}", file=sys.stderr
+                )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from monitor.report import render_text
+
+        print(render_text(report))
+    if not report["gpus"] and not report["engines"]:
+        print("headroom snapshot: no GPU or engine source produced data", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,69 @@
+"""Build the sources a command asked for; a source that cannot start becomes a note, not a crash."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from monitor.errors import SourceUnavailable
+from monitor.sources.base import Source
+
+log = logging.getLogger(__name__)
+
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", ""}
+
+
+def local_ports(urls: Sequence[str]) -> list[int]:
+    """Ports of the URLs served on this host: the host source finds the engine's processes by them."""
+    ports = []
+    for url in urls:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if (parts.hostname or "") in _LOCAL_HOSTS or (parts.hostname or "").startswith("127."):
+            ports.append(parts.port or (443 if parts.scheme == "https" else 80))
+    return ports
+
+
+def build_sources(
+    vllm_urls: Sequence[str] = (),
+    dcgm_exporter_url: str | None = None,
+    nvml: bool = True,
+    dcgm: bool = False,
+    gpm: bool = True,
+    host: bool = True,
+    host_pids: Sequence[int] = (),
+    timeout: float = 2.0,
+) -> tuple[list[Source], list[str]]:
+    """Return the sources that started and one-line notes for those that could not."""
+    sources: list[Source] = []
+    notes: list[str] = []
+    if nvml:
+        from monitor.sources.nvml import NvmlSource
+
+        try:
+            src = NvmlSource(gpm=gpm)
+            sources.append(src)
+            notes.extend(getattr(src, "notes", ()))
+        except SourceUnavailable as exc:
+            notes.append(str(exc))
+    if dcgm:
+        from monitor.sources.dcgm import DcgmSource
+
+        try:
+            sources.append(DcgmSource())
+        except SourceUnavailable as exc:
+            notes.append(str(exc))
+    if dcgm_exporter_url:
+        from monitor.sources.dcgm_exporter import DcgmExporterSource
+
+        sources.append(DcgmExporterSource(dcgm_exporter_url, timeout=timeout))
+    if vllm_urls:
+        from monitor.sources.vllm import VllmSource
+
+        for url in vllm_urls:
+            sources.append(VllmSource(url, timeout=timeout))
+    if host:
+        from monitor.sources.host import HostSource
+
+        sources.append(HostSource(pids=tuple(host_pids), ports=tuple(local_ports(vllm_urls))))
+    return sources, notes

@@ -1,0 +1,145 @@
+"""The sampler: monotonic deadlines, a bounded ring, and sources that fail without stopping it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from monitor.samples import EngineSample, SourceError
+from monitor.sampler import Sampler
+from monitor.sources.base import Reading
+
+
+class CountingSource:
+    name = "vllm"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.n = 0
+        self.delay = delay
+        self.closed = False
+
+    def read(self) -> Reading:
+        self.n += 1
+        if self.delay:
+            time.sleep(self.delay)
+        return Reading(engines=(EngineSample(url="u", model_name="m", engine="0", running=float(self.n)),))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class BrokenSource:
+    name = "broken"
+
+    def read(self) -> Reading:
+        raise RuntimeError("driver exploded")
+
+    def close(self) -> None:
+        pass
+
+
+class FailingSource:
+    name = "dcgm-exporter"
+
+    def read(self) -> Reading:
+        return Reading(errors=(SourceError("dcgm-exporter", "http://x", "connection refused"),))
+
+    def close(self) -> None:
+        pass
+
+
+def test_ring_is_bounded_and_ordered() -> None:
+    s = Sampler([CountingSource()], interval=1.0, capacity=5)
+    for _ in range(12):
+        s.tick()
+    snaps = s.snapshots()
+    assert len(snaps) == 5
+    assert [e.engines[0].running for e in snaps] == [8, 9, 10, 11, 12]
+    assert all(a.t <= b.t for a, b in zip(snaps, snaps[1:]))
+
+
+def test_a_source_that_raises_becomes_an_error_and_others_still_read() -> None:
+    good = CountingSource()
+    s = Sampler([good, BrokenSource(), FailingSource()], interval=1.0)
+    snap = s.tick()
+    assert snap.engines and snap.engines[0].running == 1
+    messages = {e.source: e.message for e in snap.errors}
+    assert "driver exploded" in messages["broken"]
+    assert messages["dcgm-exporter"] == "connection refused"
+
+
+def test_slow_sources_are_read_side_by_side() -> None:
+    s = Sampler([CountingSource(0.3), CountingSource(0.3), CountingSource(0.3)], interval=1.0)
+    t0 = time.monotonic()
+    s.tick()
+    # three 0.3 s reads in sequence would take 0.9 s; generous margin for machine stalls
+    assert time.monotonic() - t0 < 0.85
+    s.close()
+
+
+def test_run_ticks_on_deadlines_for_a_duration() -> None:
+    s = Sampler([CountingSource()], interval=0.05)
+    t0 = time.monotonic()
+    s.run(duration=0.5)
+    elapsed = time.monotonic() - t0
+    n = len(s.snapshots())
+    # ~11 ticks; a stall may skip deadlines but never bursts to catch up
+    assert 3 <= n <= 12
+    assert elapsed < 5
+
+
+def test_overrun_skips_missed_deadlines_instead_of_bursting() -> None:
+    fake_now = [0.0]
+
+    def clock() -> float:
+        return fake_now[0]
+
+    class StallingSource(CountingSource):
+        def read(self) -> Reading:
+            r = super().read()
+            fake_now[0] += 3.5 if self.n == 2 else 0.01  # tick 2 stalls for 3.5 intervals
+            return r
+
+    s = Sampler([StallingSource()], interval=1.0, clock=clock)
+    waits: list[float] = []
+
+    real_stop = s._stop
+
+    class FakeEvent:
+        def is_set(self) -> bool:
+            return len(waits) >= 5
+
+        def wait(self, timeout: float) -> bool:
+            waits.append(timeout)
+            fake_now[0] += timeout
+            return False
+
+        def clear(self) -> None:
+            real_stop.clear()
+
+    s._stop = FakeEvent()  # type: ignore[assignment]
+    s.run()
+    ticks = [x.t for x in s.snapshots()]
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    # no gap much shorter than the interval after the stall: no catch-up volley
+    assert min(gaps) > 0.4
+
+
+def test_start_stop_and_listeners() -> None:
+    src = CountingSource()
+    s = Sampler([src], interval=0.02)
+    seen = threading.Event()
+    s.subscribe(lambda snap: seen.set())
+    s.start()
+    assert seen.wait(5)
+    s.close()
+    assert src.closed
+
+
+def test_window_includes_baseline_before_start() -> None:
+    s = Sampler([CountingSource()], interval=1.0)
+    for _ in range(10):
+        s.tick()
+    w = s.window(seconds=0.0)
+    # even a zero-length window keeps one earlier sample as the baseline for rates
+    assert w.samples == 2
