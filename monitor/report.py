@@ -6,10 +6,15 @@ Field names here are a public interface (scripts parse them): add, never rename.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from monitor.diagnosis.verdict import Verdict
+from monitor.scopes import engine_scope, gpu_scope
 from monitor.window import EngineWindow, GpuWindow, HostWindow, WindowStats
+
+if TYPE_CHECKING:
+    from monitor.diagnosis.verdict import Verdict
+
+__all__ = ["build_report", "engine_scope", "gpu_scope", "render_text", "error_line"]
 
 REPORT_VERSION = 1
 
@@ -136,15 +141,6 @@ def build_report(
     }
 
 
-def engine_scope(e: EngineWindow) -> str:
-    """The scope string verdicts use for an engine."""
-    return f"engine:{e.model_name}/{e.engine}@{e.url}"
-
-
-def gpu_scope(g: GpuWindow) -> str:
-    return f"gpu:{g.index}"
-
-
 def _fmt_ratio(v: Any) -> str:
     return "-" if v is None else f"{100 * v:5.1f}%"
 
@@ -215,10 +211,17 @@ def render_text(report: Mapping[str, Any]) -> str:
                 lines.append(f"    evidence: {ev}")
             lines.append(f"    fix: {v['fix']}")
     for err in report["errors"]:
-        lines.append(f"! {err['source']} {err['target']}: {err['message']}")
+        lines.append(f"! {error_line(err)}")
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def error_line(err: Mapping[str, Any]) -> str:
+    """One line for a source error; the target is named once even when the message names it too."""
+    if err["target"] and err["target"] in err["message"]:
+        return f"{err['source']}: {err['message']}"
+    return f"{err['source']} {err['target']}: {err['message']}".replace("  ", " ")
 
 
 def _evidence_text(e: Mapping[str, Any]) -> str:

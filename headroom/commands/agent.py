@@ -1,13 +1,112 @@
-"""`headroom agent`: placeholder until its issue lands (owned by that issue's module)."""
+"""`headroom agent`: sample continuously and serve /metrics, /healthz and /api/v1/snapshot."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
+import threading
+from typing import Any
+
+from monitor.config import DEFAULT_PORT
+
+# Flags default to None so the config layers underneath (environment, file) show through.
+_FLAG_FIELDS = (
+    "listen", "vllm", "dcgm_exporter", "interval", "window", "timeout", "stale_after",
+    "max_num_seqs", "max_num_batched_tokens", "gpu_model", "thresholds", "web_config",
+    "pids", "nvml", "gpm", "dcgm", "host",
+)  # fmt: skip
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("agent", help="(not built yet)")
+    p = sub.add_parser(
+        "agent",
+        help="sample continuously; serve Prometheus metrics and the snapshot API",
+        description=(
+            "Sample GPUs, engines and host every --interval seconds, diagnose each --window, "
+            "and serve /metrics (Prometheus), /healthz (200 while sampling is fresh, else 503) "
+            "and /api/v1/snapshot (the report JSON). Settings come from flags, then HEADROOM_* "
+            "environment variables (HEADROOM_LISTEN, HEADROOM_VLLM=url1,url2, HEADROOM_INTERVAL, "
+            "...), then --config FILE (YAML or TOML), then defaults. Listens on "
+            f"127.0.0.1:{DEFAULT_PORT}; give --listen 0.0.0.0:{DEFAULT_PORT} to let other "
+            "hosts scrape it, ideally with --web-config for TLS and basic auth."
+        ),
+    )
+    p.add_argument("--config", metavar="FILE", help="YAML or TOML file of agent settings")
+    p.add_argument("--listen", metavar="HOST:PORT", help=f"default 127.0.0.1:{DEFAULT_PORT}")
+    p.add_argument(
+        "--web-config",
+        metavar="FILE",
+        help="Prometheus web-config file: tls_server_config and basic_auth_users (bcrypt)",
+    )
+    g = p.add_argument_group("sources")
+    g.add_argument("--vllm", metavar="URL", action="append", help="a vLLM server; repeatable")
+    g.add_argument("--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics endpoint")
+    g.add_argument("--no-nvml", dest="nvml", action="store_const", const=False, help="skip NVML")
+    g.add_argument(
+        "--no-gpm", dest="gpm", action="store_const", const=False, help="NVML without GPM"
+    )
+    g.add_argument("--dcgm", action="store_const", const=True, help="read GPUs through pydcgm")
+    g.add_argument(
+        "--no-host", dest="host", action="store_const", const=False, help="skip host CPU"
+    )
+    g.add_argument(
+        "--pid", dest="pids", type=int, action="append", help="an engine process to watch"
+    )
+    g.add_argument(
+        "--timeout", type=float, help="HTTP timeout per source read in seconds (default 2)"
+    )
+    g = p.add_argument_group("timing")
+    g.add_argument(
+        "--interval", type=float, metavar="S", help="seconds between readings (default 1)"
+    )
+    g.add_argument(
+        "--window", type=float, metavar="S", help="diagnosis window in seconds (default 10)"
+    )
+    g.add_argument(
+        "--stale-after",
+        type=float,
+        metavar="S",
+        help="/healthz turns 503 after this long without a tick (default 3 intervals + 5 s)",
+    )
+    g = p.add_argument_group("diagnosis")
+    g.add_argument("--max-num-seqs", type=int, help="the engine's --max-num-seqs (else inferred)")
+    g.add_argument("--max-num-batched-tokens", type=int, help="the engine's token budget per step")
+    g.add_argument("--gpu-model", help="peak-table entry (e.g. H200) when the name is not matched")
+    g.add_argument("--thresholds", metavar="FILE", help="TOML or YAML file of diagnosis thresholds")
+
+
+def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name, None) for name in _FLAG_FIELDS}
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("headroom agent: not built yet")
+    from monitor.agent import Agent
+    from monitor.config import load_agent_config
+
+    config = load_agent_config(args.config, flags_from_args(args))
+    # The agent is a daemon: its events are INFO lines even without --verbose.
+    for name in ("monitor", "headroom"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    log = logging.getLogger("headroom.agent")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        agent = Agent(config)
+        agent.start()
+        try:
+            while not stop.wait(1.0):
+                pass
+        finally:
+            agent.stop()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0

@@ -1,13 +1,107 @@
-"""`headroom demo`: placeholder until its issue lands (owned by that issue's module)."""
+"""`headroom demo`: start the simulator and watch it; a key switches scenario, so every cause shows in a minute."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import ConfigError, HeadroomError
+
+DEFAULT_SCENARIO = "starved"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("demo", help="(not built yet)")
+    p = sub.add_parser(
+        "demo",
+        help="watch a simulated serving box; press s to switch scenario",
+        description=(
+            "Start the built-in simulator (a fake vLLM and a fake dcgm-exporter with "
+            "load) and watch it. Press s for the next scenario or 1-9 to pick one, ? for "
+            "help, q to quit. Nothing leaves this machine."
+        ),
+    )
+    p.add_argument("--scenario", default=DEFAULT_SCENARIO, help="scenario to start with")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
+    p.add_argument(
+        "--window", type=float, default=5.0, help="seconds each diagnosis looks back (default 5)"
+    )
+    p.add_argument("--record", metavar="FILE", help="record the session to FILE (JSONL)")
+
+
+class SimScenarios:
+    """The demo's scenario switch: the simulator's handle behind the app's ScenarioControl."""
+
+    def __init__(self, handle: Any, names: Sequence[str], current: str) -> None:
+        self.handle = handle
+        self.names = tuple(names)
+        self.current = current
+        self._lock = threading.Lock()
+
+    def set(self, name: str) -> None:
+        with self._lock:
+            self.handle.set_scenario(name)
+            self.current = name
+
+
+def sweep_command(handle: Any) -> list[str]:
+    """A short sweep against the simulator (its own load keeps running beside it)."""
+    return [
+        sys.executable, "-m", "headroom", "sweep",
+        "--target", handle.url,
+        "--dcgm-exporter", handle.gpu_metrics_url,
+        "--concurrency", "1,2,4,8,16,32,64",
+        "--step-seconds", "5", "--warmup-seconds", "2",
+        "--output-tokens", "64", "--quiet",
+        "--out", "{out}",
+    ]  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("headroom demo: not built yet")
+    from headroom.commands.watch import run_app
+    from monitor.pipeline import Monitor
+    from monitor.sampler import Sampler
+    from monitor.sources.dcgm_exporter import DcgmExporterSource
+    from monitor.sources.host import HostSource
+    from monitor.sources.vllm import VllmSource
+    from monitor.tui.feeds import LocalFeed
+    from monitor.tui.sweep import SweepLauncher
+    from simulator import SCENARIOS, start_sim
+
+    names = list(SCENARIOS)
+    if args.scenario not in names:
+        raise ConfigError(f"unknown scenario {args.scenario!r}; choose from {', '.join(names)}")
+    if args.interval <= 0 or args.window <= 0:
+        raise ConfigError("--interval and --window must be positive")
+    try:
+        handle = start_sim(scenario=args.scenario, port=0, load=True)
+    except HeadroomError:
+        raise
+    except Exception as exc:  # the simulator's own errors become one line
+        raise HeadroomError(f"could not start the simulator: {exc}") from exc
+    try:
+        sources = [
+            VllmSource(handle.metrics_url),
+            DcgmExporterSource(handle.gpu_metrics_url),
+            HostSource(pids=(handle.pid,)),
+        ]
+        sampler = Sampler(sources, interval=args.interval)
+        monitor = Monitor(sampler, window_s=args.window, notes=("simulated box: headroom demo",))
+        feed = LocalFeed(monitor, label="simulator", header={"scenario": args.scenario})
+        scenarios = SimScenarios(handle, names, args.scenario)
+        launcher = SweepLauncher(
+            sweep_command(handle), Path(tempfile.mkdtemp(prefix="headroom-demo-sweep-"))
+        )
+        return run_app(
+            feed,
+            record=args.record,
+            scenarios=scenarios,
+            sweep_launcher=launcher,
+            title="headroom demo",
+        )
+    finally:
+        handle.stop()

@@ -13,6 +13,7 @@ from headroom.commands.common import (
     build_sources_from_args,
 )
 from monitor.errors import ConfigError, NoDataError
+from monitor.report import error_line, render_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--interval must be positive")
     diagnoser = build_diagnoser_from_args(args)
     sources, notes = build_sources_from_args(args)
-    for note in notes:
-        print(f"headroom snapshot: {note}", file=sys.stderr)
+    if args.json:  # in text mode the notes are printed with the table
+        for note in notes:
+            print(f"headroom snapshot: {note}", file=sys.stderr)
     if not sources:
         raise NoDataError(
             "no source to read: give --vllm URL or --dcgm-exporter URL, or run where NVML works"
@@ -60,19 +62,19 @@ def run(args: argparse.Namespace) -> int:
         sampler.close()
     report = monitor.report()
     assert report is not None  # run() ticks at least once
-    seen: set[tuple[str, str]] = set()
+    # Errors go to stderr once each; in text mode those of the last tick are in the table already.
+    shown = set() if args.json else {(e["source"], e["target"]) for e in report["errors"]}
     for snap in sampler.snapshots():
         for err in snap.errors:
-            if (err.source, err.target) not in seen:
-                seen.add((err.source, err.target))
-                print(
-                    f"headroom snapshot: {err.source} {err.target}: {err.message}", file=sys.stderr
+            if (err.source, err.target) not in shown:
+                shown.add((err.source, err.target))
+                line = error_line(
+                    {"source": err.source, "target": err.target, "message": err.message}
                 )
+                print(f"headroom snapshot: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        from monitor.report import render_text
-
         print(render_text(report))
     if not report["gpus"] and not report["engines"]:
         print("headroom snapshot: no GPU or engine source produced data", file=sys.stderr)

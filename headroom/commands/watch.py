@@ -1,13 +1,115 @@
-"""`headroom watch`: placeholder until its issue lands (owned by that issue's module)."""
+"""`headroom watch`: the terminal UI over this box's sources, a remote agent, or a recording."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
+
+from headroom.commands.common import (
+    add_diagnosis_flags,
+    add_source_flags,
+    build_diagnoser_from_args,
+    build_sources_from_args,
+)
+from monitor.errors import ConfigError, NoDataError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("watch", help="(not built yet)")
+    p = sub.add_parser(
+        "watch",
+        help="live terminal UI: GPUs, engines, host and the diagnosis",
+        description=(
+            "Watch GPUs, serving engines and the host, with the diagnosis in words. Samples "
+            "in this process, or reads a running agent (--remote), or plays a recording "
+            "(--replay). Press ? in the UI for the keys."
+        ),
+    )
+    add_source_flags(p)
+    add_diagnosis_flags(p)
+    g = p.add_argument_group("watch")
+    g.add_argument("--remote", metavar="AGENT_URL", help="read a running agent's /api/v1/snapshot")
+    g.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between readings (default 1)"
+    )
+    g.add_argument(
+        "--window", type=float, default=10.0, help="seconds each diagnosis looks back (default 10)"
+    )
+    g.add_argument("--replay", metavar="FILE", help="play back a recording (JSONL)")
+    g.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="replay speed: 2 = twice as fast, 0 = as fast as possible (default 1)",
+    )
+    g.add_argument(
+        "--record", metavar="FILE", help="record from the start to FILE (r toggles it in the UI)"
+    )
+    g.add_argument("--sweep", metavar="DIR", help="follow a sweep's output directory (w shows it)")
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.interval <= 0:
+        raise ConfigError("--interval must be positive")
+    if args.window <= 0:
+        raise ConfigError("--window must be positive")
+    if args.speed < 0:
+        raise ConfigError("--speed must be 0 (as fast as possible) or positive")
+    local_flags = args.vllm or args.dcgm_exporter or args.dcgm or args.pid
+    if args.remote and args.replay:
+        raise ConfigError("--remote and --replay exclude each other")
+    if (args.remote or args.replay) and local_flags:
+        raise ConfigError(
+            "source flags (--vllm, --dcgm-exporter, ...) apply to local sampling only"
+        )
+
+
+def caps_header(args: argparse.Namespace) -> dict[str, Any]:
+    """What a replay needs to diagnose as this session did."""
+    return {
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "gpu": args.gpu_model,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("headroom watch: not built yet")
+    from monitor.tui.feeds import LocalFeed, RemoteFeed, ReplayFeed
+
+    _check(args)
+    if args.replay:
+        feed: Any = ReplayFeed(args.replay, speed=args.speed)
+    elif args.remote:
+        feed = RemoteFeed(args.remote, interval=args.interval, timeout=args.timeout)
+    else:
+        from monitor.pipeline import Monitor
+        from monitor.sampler import Sampler
+
+        diagnoser = build_diagnoser_from_args(args)
+        sources, notes = build_sources_from_args(args)
+        if not sources:
+            raise NoDataError(
+                "no source to read: give --vllm URL or --dcgm-exporter URL, or run where NVML works"
+            )
+        sampler = Sampler(sources, interval=args.interval)
+        monitor = Monitor(sampler, diagnoser, window_s=args.window, notes=tuple(notes))
+        feed = LocalFeed(monitor, header={"diagnosis": caps_header(args), "notes": list(notes)})
+    return run_app(feed, record=args.record, sweep=args.sweep)
+
+
+def run_app(feed: Any, record: str | None = None, sweep: str | None = None, **kw: Any) -> int:
+    """Run the UI over a feed; log lines go to memory while the screen is up, then to stderr."""
+    from monitor.tui.app import HeadroomApp
+    from monitor.tui.logtail import captured_logs
+
+    app = HeadroomApp(feed, record_path=record, sweep_path=sweep, **kw)
+    with captured_logs() as lines:
+        try:
+            if record:
+                feed.start_recording(record)
+            app.run()
+        finally:
+            feed.close()
+    for line in lines:
+        print(line, file=sys.stderr)
+    return app.return_code or 0

@@ -65,5 +65,7 @@ def build_sources(
     if host:
         from monitor.sources.host import HostSource
 
-        sources.append(HostSource(pids=tuple(host_pids), ports=tuple(local_ports(vllm_urls))))
+        host_source = HostSource(pids=tuple(host_pids), ports=tuple(local_ports(vllm_urls)))
+        sources.append(host_source)
+        notes.extend(getattr(host_source, "notes", ()))
     return sources, notes

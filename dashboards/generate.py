@@ -1,0 +1,767 @@
+"""Generate headroom's Grafana dashboards (Grafana 11 JSON model, schemaVersion 39).
+
+Run ``python dashboards/generate.py`` after changing a panel; the JSON files beside
+this script are its output and a test checks they match. Plain dicts, no SDK: the
+JSON model is small and stable, and this keeps the project free of a dependency
+whose builds are hard to pin. tests/agent/test_prometheus.py runs every panel's
+PromQL against a real Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DS = {"type": "prometheus", "uid": "${datasource}"}
+# Instance filter: the agent's scrape target; engine series also carry model_name.
+INST = 'instance=~"$instance"'
+IG = 'instance=~"$instance",gpu=~"$gpu"'
+IM = 'instance=~"$instance",model_name=~"$model"'
+M = 'model_name=~"$model"'
+
+
+class Layout:
+    """Places panels left to right in a 24-column grid, wrapping to new rows."""
+
+    def __init__(self) -> None:
+        self.x = 0
+        self.y = 0
+        self.row_h = 0
+        self.next_id = 1
+        self.panels: list[dict[str, Any]] = []
+
+    def row(self, title: str) -> None:
+        self._newline()
+        self.panels.append(
+            {
+                "type": "row",
+                "id": self._id(),
+                "title": title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
+                "panels": [],
+            }
+        )
+        self.y += 1
+
+    def add(self, panel: dict[str, Any], w: int = 12, h: int = 8) -> None:
+        if self.x + w > 24:
+            self._newline()
+        panel["id"] = self._id()
+        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.panels.append(panel)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+
+    def _newline(self) -> None:
+        if self.x > 0:
+            self.y += self.row_h
+        self.x, self.row_h = 0, 0
+
+    def _id(self) -> int:
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+
+def target(expr: str, legend: str = "", ref: str = "A", **extra: Any) -> dict[str, Any]:
+    t = {"datasource": DS, "expr": expr, "legendFormat": legend or "__auto", "refId": ref}
+    t.update(extra)
+    return t
+
+
+def targets(*pairs: tuple[str, str]) -> list[dict[str, Any]]:
+    return [target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(pairs)]
+
+
+def timeseries(
+    title: str,
+    tgts: list[dict[str, Any]],
+    unit: str = "short",
+    description: str = "",
+    max_: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    defaults: dict[str, Any] = {
+        "unit": unit,
+        "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10, "showPoints": "never"},
+    }
+    if max_ is not None:
+        defaults["min"], defaults["max"] = 0, max_
+    panel = {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "targets": tgts,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
+    panel.update(extra)
+    return panel
+
+
+def stat(
+    title: str, tgts: list[dict[str, Any]], unit: str = "short", description: str = ""
+) -> dict[str, Any]:
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "targets": tgts,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "auto",
+        },
+    }
+
+
+def query_var(name: str, label: str, query: str, include_all: bool = True) -> dict[str, Any]:
+    return {
+        "type": "query",
+        "name": name,
+        "label": label,
+        "datasource": DS,
+        "definition": query,
+        "query": {
+            "qryType": 1,
+            "query": query,
+            "refId": "PrometheusVariableQueryEditor-VariableQuery",
+        },
+        "refresh": 2,
+        "includeAll": include_all,
+        "allValue": ".*",
+        "multi": True,
+        "sort": 1,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "options": [],
+    }
+
+
+def templating() -> dict[str, Any]:
+    return {
+        "list": [
+            {
+                "type": "datasource",
+                "name": "datasource",
+                "label": "Prometheus",
+                "query": "prometheus",
+                "current": {},
+                "options": [],
+                "refresh": 1,
+                "hide": 0,
+            },
+            query_var("instance", "Agent", "label_values(headroom_agent_build_info, instance)"),
+            query_var(
+                "gpu",
+                "GPU",
+                'label_values(headroom_gpu_utilization_ratio{instance=~"$instance"}, gpu)',
+            ),
+            query_var(
+                "model",
+                "Model",
+                'label_values(headroom_engine_requests_running{instance=~"$instance"}, model_name)',
+            ),
+        ]
+    }
+
+
+def dashboard(
+    uid: str, title: str, description: str, panels: list[dict[str, Any]], tags: list[str]
+) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": tags,
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "graphTooltip": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "browser",
+        "refresh": "30s",
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "links": [],
+        "templating": templating(),
+        "panels": panels,
+    }
+
+
+DIAGNOSIS_MAPPINGS = [
+    {"type": "value", "options": {"0": {"text": "-", "color": "transparent", "index": 0},
+                                  "1": {"text": "active", "color": "orange", "index": 1}}},
+]  # fmt: skip
+
+
+def overview() -> dict[str, Any]:
+    lay = Layout()
+    lay.row("GPUs")
+    lay.add(
+        timeseries(
+            "GPU $gpu: duty cycle vs SM active vs tensor vs DRAM",
+            targets(
+                (f"headroom_gpu_utilization_ratio{{{IG}}}", "duty cycle"),
+                (f"headroom_gpu_sm_active_ratio{{{IG}}}", "SM active"),
+                (f"headroom_gpu_tensor_active_ratio{{{IG}}}", "tensor"),
+                (f"headroom_gpu_dram_active_ratio{{{IG}}}", "DRAM"),
+            ),
+            unit="percentunit",
+            max_=1,
+            description=(
+                "Duty cycle counts any kernel; SM active counts busy SMs. A high duty cycle "
+                "with low SM active is launch-bound; tensor or DRAM near the top is saturation."
+            ),
+            repeat="gpu",
+            repeatDirection="h",
+            maxPerRow=2,
+        ),
+        w=12,
+        h=9,
+    )
+    lay.add(
+        timeseries(
+            "Power and SM clock",
+            targets(
+                (f"headroom_gpu_power_watts{{{IG}}}", "GPU {{gpu}} power"),
+                (f"headroom_gpu_power_limit_watts{{{IG}}}", "GPU {{gpu}} limit"),
+            ),
+            unit="watt",
+        ),
+        w=6,
+        h=9,
+    )
+    lay.add(
+        timeseries(
+            "Memory used",
+            targets(
+                (f"gpu:headroom_gpu_memory_used:ratio{{{IG}}}", "GPU {{gpu}}"),
+            ),
+            unit="percentunit",
+            max_=1,
+        ),
+        w=6,
+        h=9,
+    )
+    lay.add(
+        timeseries(
+            "SM clock",
+            targets((f"headroom_gpu_sm_clock_hertz{{{IG}}}", "GPU {{gpu}}")),
+            unit="hertz",
+        ),
+        w=8,
+        h=7,
+    )
+    lay.add(
+        timeseries(
+            "Temperature",
+            targets((f"headroom_gpu_temperature_celsius{{{IG}}}", "GPU {{gpu}}")),
+            unit="celsius",
+        ),
+        w=8,
+        h=7,
+    )
+    lay.add(
+        stat(
+            "Clock throttle reasons active",
+            targets(
+                (f"count by (reason) (headroom_gpu_clock_throttle_active{{{IG}}})", "{{reason}}")
+            ),
+        ),
+        w=8,
+        h=7,
+    )
+
+    lay.row("Engine")
+    lay.add(
+        timeseries(
+            "Running and waiting requests",
+            targets(
+                (f"headroom_engine_requests_running{{{IM}}}", "{{model_name}} running (R)"),
+                (f"headroom_engine_requests_waiting{{{IM}}}", "{{model_name}} waiting (Q)"),
+                (f"headroom_engine_seq_cap{{{IM}}}", "{{model_name}} sequence cap ({{origin}})"),
+            ),
+            description="Window means. R flat at the cap while Q > 0 is the sequence cap.",
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "KV cache usage",
+            targets(
+                (f"headroom_engine_kv_cache_usage_ratio{{{IM}}}", "{{model_name}} mean"),
+                (f"headroom_engine_kv_cache_usage_max_ratio{{{IM}}}", "{{model_name}} max"),
+            ),
+            unit="percentunit",
+            max_=1,
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "Preemptions",
+            targets(
+                (
+                    f"headroom_engine_preemptions_per_second{{{IM}}}",
+                    "{{model_name}} (agent window)",
+                ),
+                (f"model:vllm_num_preemptions:rate1m{{{M}}}", "{{model_name}} {{instance}} (vLLM)"),
+            ),
+            unit="reqps",
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "Tokens per second",
+            targets(
+                (f"model:vllm_generation_tokens:rate1m{{{M}}}", "{{model_name}} generated"),
+                (f"model:vllm_prompt_tokens:rate1m{{{M}}}", "{{model_name}} prompt"),
+            ),
+            unit="short",
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "Time to first token",
+            targets(
+                (f"model:vllm_time_to_first_token_seconds:p50_1m{{{M}}}", "{{model_name}} p50"),
+                (f"model:vllm_time_to_first_token_seconds:p95_1m{{{M}}}", "{{model_name}} p95"),
+                (f"model:vllm_time_to_first_token_seconds:p99_1m{{{M}}}", "{{model_name}} p99"),
+            ),
+            unit="s",
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "Inter-token latency",
+            targets(
+                (f"model:vllm_inter_token_latency_seconds:p50_1m{{{M}}}", "{{model_name}} p50"),
+                (f"model:vllm_inter_token_latency_seconds:p95_1m{{{M}}}", "{{model_name}} p95"),
+                (f"model:vllm_inter_token_latency_seconds:p99_1m{{{M}}}", "{{model_name}} p99"),
+            ),
+            unit="s",
+        ),
+        w=8,
+    )
+
+    lay.row("Diagnosis")
+    lay.add(
+        {
+            "type": "state-timeline",
+            "title": "Diagnosis",
+            "description": "Each cause the agent named, over time (headroom_diagnosis == 1).",
+            "datasource": DS,
+            "targets": targets(
+                (f"max by (cause, scope) (headroom_diagnosis{{{INST}}})", "{{cause}} {{scope}}"),
+            ),
+            "fieldConfig": {
+                "defaults": {
+                    "mappings": DIAGNOSIS_MAPPINGS,
+                    "color": {"mode": "thresholds"},
+                    "thresholds": {
+                        "mode": "absolute",
+                        "steps": [
+                            {"color": "transparent", "value": None},
+                            {"color": "orange", "value": 1},
+                        ],
+                    },
+                },
+                "overrides": [],
+            },  # fmt: skip
+            "options": {
+                "showValue": "never",
+                "mergeValues": True,
+                "rowHeight": 0.8,
+                "alignValue": "left",
+                "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+            },
+            # Causes that never fired would be empty rows: hide all-zero series.
+            "transformations": [
+                {
+                    "id": "filterByValue",
+                    "options": {
+                        "type": "exclude",
+                        "match": "all",
+                        "filters": [
+                            {
+                                "fieldName": "Value",
+                                "config": {"id": "lowerOrEqual", "options": {"value": 0}},
+                            }
+                        ],
+                    },
+                },
+            ],  # fmt: skip
+        },
+        w=16,
+        h=9,
+    )
+    lay.add(
+        timeseries(
+            "Verdict confidence",
+            targets((f"headroom_diagnosis_confidence{{{INST}}}", "{{cause}} {{scope}}")),
+            unit="percentunit",
+            max_=1,
+        ),
+        w=8,
+        h=9,
+    )
+    lay.add(
+        {
+            "type": "table",
+            "title": "Evidence of current verdicts",
+            "description": "The numbers that decided each verdict and the thresholds they crossed.",
+            "datasource": DS,
+            "targets": [
+                target(
+                    f"headroom_diagnosis_evidence{{{INST}}}", "", "A", format="table", instant=True
+                ),
+                target(
+                    f"headroom_diagnosis_evidence_threshold{{{INST}}}",
+                    "",
+                    "B",
+                    format="table",
+                    instant=True,
+                ),
+            ],
+            "transformations": [
+                {"id": "merge", "options": {}},
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "__name__": True, "job": True},
+                        "renameByName": {"Value #A": "value", "Value #B": "threshold"},
+                    },
+                },
+            ],  # fmt: skip
+            "fieldConfig": {"defaults": {}, "overrides": []},
+            "options": {"showHeader": True},
+        },
+        w=24,
+        h=8,
+    )
+
+    lay.row("Why: Little's law, CPU and the roofline")
+    lay.add(
+        timeseries(
+            "Little's law: in flight, measured vs predicted",
+            targets(
+                (f"headroom_engine_in_flight_requests{{{IM}}}", "{{model_name}} R + Q"),
+                (
+                    f"headroom_engine_in_flight_predicted_requests{{{IM}}}",
+                    "{{model_name}} arrivals x latency",
+                ),
+            ),
+            description="They should agree within ~15%; if not, something queues in front of the engine.",
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "Arrival rate vs the rate that fills the slots",
+            targets(
+                (
+                    f"headroom_engine_arrival_rate_requests_per_second{{{IM}}}",
+                    "{{model_name}} arrivals",
+                ),
+                (
+                    f"headroom_engine_fill_rate_requests_per_second{{{IM}}}",
+                    "{{model_name}} fills the cap",
+                ),
+            ),
+            unit="reqps",
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "CPU in the path",
+            targets(
+                (f"headroom_engine_busy_ratio{{{IM}}}", "{{model_name}} GPU busy"),
+                (
+                    f"headroom_engine_thread_cpu_ratio{{{IM}}}",
+                    "{{model_name}} engine thread (of a core)",
+                ),
+                (f"headroom_host_cpu_busy_ratio{{{INST}}}", "host CPU"),
+            ),
+            unit="percentunit",
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "Roofline: MFU and share of peak bandwidth",
+            targets(
+                (f"headroom_engine_roofline_mfu_ratio{{{IM}}}", "{{model_name}} MFU"),
+                (f"headroom_engine_roofline_bandwidth_ratio{{{IM}}}", "{{model_name}} bandwidth"),
+            ),
+            unit="percentunit",
+            max_=1,
+        ),
+        w=8,
+    )
+    lay.add(
+        timeseries(
+            "Roofline: arithmetic intensity vs ridge",
+            targets(
+                (
+                    f"headroom_engine_roofline_arithmetic_intensity{{{IM}}}",
+                    "{{model_name}} FLOP/byte",
+                ),
+                (f"headroom_engine_roofline_ridge_intensity{{{IM}}}", "{{model_name}} ridge"),
+            ),
+            description="Below the ridge the engine is memory-bound, above it compute-bound.",
+        ),
+        w=8,
+    )
+    lay.add(
+        stat(
+            "Roofline side",
+            targets(
+                (
+                    f"headroom_engine_roofline_side{{{IM}}}",
+                    "{{model_name}}: {{side}}-bound on {{gpu_model}}",
+                )
+            ),
+        ),
+        w=8,
+    )
+
+    lay.row("Agent")
+    lay.add(
+        timeseries(
+            "Tick duration p95",
+            targets(
+                (
+                    f"histogram_quantile(0.95, sum by (instance, le) (rate(headroom_agent_tick_duration_seconds_bucket{{{INST}}}[$__rate_interval])))",
+                    "{{instance}}",
+                ),
+            ),  # fmt: skip
+            unit="s",
+        ),
+        w=8,
+        h=7,
+    )
+    lay.add(
+        timeseries(
+            "Source errors",
+            targets(
+                (
+                    f"sum by (source, target) (rate(headroom_agent_source_errors_total{{{INST}}}[$__rate_interval]))",
+                    "{{source}} {{target}}",
+                ),
+            ),  # fmt: skip
+            unit="reqps",
+        ),
+        w=8,
+        h=7,
+    )
+    lay.add(
+        timeseries(
+            "Seconds since each source's last success",
+            targets(
+                (
+                    f"time() - headroom_agent_source_last_success_timestamp_seconds{{{INST}}}",
+                    "{{source}} {{target}}",
+                ),
+            ),
+            unit="s",
+        ),
+        w=8,
+        h=7,
+    )
+    return dashboard(
+        "headroom-overview",
+        "headroom: serving box",
+        "Why the GPU is under-used and how much more load the box can take: per-GPU activity, "
+        "the engine's queue and caps, latency, and headroom's diagnosis.",
+        lay.panels,
+        ["headroom", "gpu", "vllm"],
+    )
+
+
+def sweep() -> dict[str, Any]:
+    lay = Layout()
+    lay.row("Load against response (run a sweep, then zoom the time range to it)")
+    lay.add(
+        timeseries(
+            "Throughput vs requests in flight",
+            targets(
+                (f"model:vllm_generation_tokens:rate1m{{{M}}}", "{{model_name}} tokens/s"),
+                (
+                    f"sum by (model_name) (headroom_engine_in_flight_requests{{{IM}}})",
+                    "{{model_name}} in flight",
+                ),
+            ),
+            description="Throughput that stops growing while in-flight climbs marks saturation.",
+            fieldConfig={
+                "defaults": {"unit": "short", "custom": {"drawStyle": "line", "lineWidth": 1}},
+                "overrides": [
+                    {
+                        "matcher": {"id": "byRegexp", "options": ".*in flight"},
+                        "properties": [{"id": "custom.axisPlacement", "value": "right"}],
+                    }
+                ],
+            },  # fmt: skip
+        ),
+        w=12,
+        h=9,
+    )
+    lay.add(
+        timeseries(
+            "Latency as load steps (p95)",
+            targets(
+                (
+                    f"model:vllm_time_to_first_token_seconds:p95_1m{{{M}}}",
+                    "{{model_name}} TTFT p95",
+                ),
+                (f"model:vllm_inter_token_latency_seconds:p95_1m{{{M}}}", "{{model_name}} ITL p95"),
+                (f"model:vllm_e2e_request_latency_seconds:p95_1m{{{M}}}", "{{model_name}} e2e p95"),
+            ),
+            unit="s",
+        ),
+        w=12,
+        h=9,
+    )
+    lay.add(
+        timeseries(
+            "Queue: waiting requests and KV cache",
+            targets(
+                (f"headroom_engine_requests_waiting{{{IM}}}", "{{model_name}} waiting"),
+                (
+                    f"engine:headroom_engine_seq_slots_used:ratio{{{IM}}} * 100",
+                    "{{model_name}} slots used %",
+                ),
+                (f"headroom_engine_kv_cache_usage_ratio{{{IM}}} * 100", "{{model_name}} KV %"),
+            ),
+        ),
+        w=12,
+    )
+    lay.add(
+        timeseries(
+            "GPU activity as load steps",
+            targets(
+                (
+                    f"instance:headroom_gpu_activity:avg{{{INST}}}",
+                    "{{instance}} SM active (or duty cycle)",
+                ),
+                (
+                    f"avg by (instance) (headroom_gpu_tensor_active_ratio{{{INST}}})",
+                    "{{instance}} tensor",
+                ),
+                (
+                    f"avg by (instance) (headroom_gpu_dram_active_ratio{{{INST}}})",
+                    "{{instance}} DRAM",
+                ),
+            ),
+            unit="percentunit",
+            max_=1,
+        ),
+        w=12,
+    )
+    lay.add(
+        timeseries(
+            "Little's law check",
+            targets(
+                (f"headroom_engine_in_flight_requests{{{IM}}}", "{{model_name}} measured"),
+                (
+                    f"headroom_engine_in_flight_predicted_requests{{{IM}}}",
+                    "{{model_name}} predicted",
+                ),
+                (
+                    f"headroom_engine_littles_law_consistent{{{IM}}}",
+                    "{{model_name}} consistent (1/0)",
+                ),
+            ),
+        ),
+        w=12,
+    )
+    lay.add(
+        {
+            "type": "state-timeline",
+            "title": "Limiting cause at each step",
+            "datasource": DS,
+            "targets": targets((f"max by (cause) (headroom_diagnosis{{{INST}}})", "{{cause}}")),
+            "fieldConfig": {"defaults": {"mappings": DIAGNOSIS_MAPPINGS}, "overrides": []},
+            "options": {"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
+            "transformations": [
+                {
+                    "id": "filterByValue",
+                    "options": {
+                        "type": "exclude",
+                        "match": "all",
+                        "filters": [
+                            {
+                                "fieldName": "Value",
+                                "config": {"id": "lowerOrEqual", "options": {"value": 0}},
+                            }
+                        ],
+                    },
+                },
+            ],  # fmt: skip
+        },
+        w=12,
+    )
+    return dashboard(
+        "headroom-sweep",
+        "headroom: load sweep",
+        "How the box responded as load stepped up: throughput, latency, queue, GPU activity "
+        "and the limiting cause, for reading a `headroom sweep` run alongside its report.",
+        lay.panels,
+        ["headroom", "sweep"],
+    )
+
+
+DASHBOARDS = {"headroom-overview.json": overview, "headroom-sweep.json": sweep}
+
+
+def render(build: Any) -> str:
+    return json.dumps(build(), indent=2, sort_keys=False) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for name, build in DASHBOARDS.items():
+        path = HERE / name
+        text = render(build)
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(
+            f"out of date (run python dashboards/generate.py): {', '.join(stale)}", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,316 @@
+"""The agent's settings: flags over environment (HEADROOM_*) over a file (YAML or TOML) over defaults.
+
+Every bad value becomes one ``ConfigError`` line naming where it came from
+(``config FILE: interval: must be > 0``, ``environment HEADROOM_INTERVAL: ...``,
+``--interval: ...``), never a traceback.
+
+The web config (TLS and basic auth) follows Prometheus's exporter-toolkit file
+format, so a file written for node_exporter works here unchanged.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from monitor.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - CI runs 3.11
+    import tomli as tomllib
+
+DEFAULT_PORT = 9402
+ENV_PREFIX = "HEADROOM_"
+# Settings whose environment value is a comma-separated list.
+_LIST_FIELDS = {"vllm", "pids"}
+
+
+class AgentConfig(BaseModel):
+    """What `headroom agent` runs with. Field names are also the file keys and, upper-cased
+    after ``HEADROOM_``, the environment variables."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    listen: str = f"127.0.0.1:{DEFAULT_PORT}"
+    vllm: tuple[str, ...] = ()
+    dcgm_exporter: str | None = None
+    interval: float = 1.0
+    window: float = 10.0
+    timeout: float = 2.0
+    # /healthz turns 503 when the last tick is older than this (default: 3 intervals + 5 s,
+    # so one machine stall does not flap a liveness probe).
+    stale_after: float | None = None
+    nvml: bool = True
+    gpm: bool = True
+    dcgm: bool = False
+    host: bool = True
+    pids: tuple[int, ...] = ()
+    max_num_seqs: int | None = Field(default=None)
+    max_num_batched_tokens: int | None = None
+    gpu_model: str | None = None
+    thresholds: str | None = None
+    web_config: str | None = None
+
+    @field_validator("interval", "window", "timeout", "stale_after")
+    @classmethod
+    def _positive(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError("must be > 0")
+        return v
+
+    @field_validator("max_num_seqs", "max_num_batched_tokens")
+    @classmethod
+    def _at_least_one(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+    @field_validator("pids")
+    @classmethod
+    def _pids(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(p < 1 for p in v):
+            raise ValueError("process ids must be positive")
+        return v
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v)
+        return v
+
+    @field_validator("vllm", "dcgm_exporter")
+    @classmethod
+    def _urls(cls, v: Any) -> Any:
+        for url in (v,) if isinstance(v, str) else (v or ()):
+            if not url or any(c.isspace() for c in url):
+                raise ValueError(f"not a URL: {url!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _window_covers_interval(self) -> AgentConfig:
+        if self.window < self.interval:
+            raise ValueError(
+                f"window ({self.window:g} s) must be at least the interval ({self.interval:g} s)"
+            )
+        return self
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+    @property
+    def stale_after_s(self) -> float:
+        return self.stale_after if self.stale_after is not None else 3 * self.interval + 5.0
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (every interface) -> (host, port)."""
+    host, sep, port_s = value.rpartition(":")
+    if not sep:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"not an IPv6 address: {host!r}") from None
+    elif ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets: [{host}]:{port_s}")
+    if not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
+        raise ValueError(f"port must be 0-65535, got {port_s!r}")
+    return (host or "0.0.0.0"), int(port_s)
+
+
+def _read_file(path: str | Path) -> Mapping[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config {p}: cannot read: {exc.strerror or exc}") from None
+    suffix = p.suffix.lower()
+    try:
+        if suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            raise ConfigError(f"config {p}: unknown format (use .toml, .yaml or .yml)")
+    except ConfigError:
+        raise
+    except Exception as exc:  # the parsers' own errors, as one line
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"config {p}: not valid {suffix[1:].upper()}: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config {p}: expected a table of settings at the top level")
+    # A file may hold other tools' tables too ([thresholds], [caps]): the agent's are under
+    # [agent] when that table exists.
+    if isinstance(data.get("agent"), Mapping):
+        data = data["agent"]
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    out: dict[str, tuple[Any, str]] = {}
+    for name in AgentConfig.model_fields:
+        var = ENV_PREFIX + name.upper()
+        raw = env.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        value: Any = raw.strip()
+        if name in _LIST_FIELDS:
+            value = tuple(x.strip() for x in raw.split(",") if x.strip())
+        out[name] = (value, f"environment {var}")
+    return out
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def load_agent_config(
+    file: str | Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AgentConfig:
+    """Merge the layers (flags > environment > file > defaults) and validate.
+
+    ``flags`` holds only the flags the user gave (None values are ignored).
+    """
+    origin: dict[str, tuple[Any, str]] = {}
+    if file is not None:
+        for key, value in _read_file(file).items():
+            origin[key] = (value, f"config {file}")
+    origin.update(_from_env(os.environ if env is None else env))
+    for key, value in (flags or {}).items():
+        if value is None or (key in _LIST_FIELDS and not value):
+            continue
+        origin[key] = (tuple(value) if isinstance(value, list) else value, _flag(key))
+    try:
+        return AgentConfig(**{k: v for k, (v, _) in origin.items()})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = err.get("loc") or ()
+        field = str(loc[0]) if loc else ""
+        where = origin[field][1] if field in origin else "config"
+        msg = str(err.get("msg", "invalid value"))
+        msg = msg.removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown setting"
+        if where.startswith("--") or where.startswith("environment"):
+            raise ConfigError(f"{where}: {msg}") from None
+        label = f"{where}: {field}" if field else where
+        raise ConfigError(f"{label}: {msg}") from None
+
+
+# --- web config (Prometheus exporter-toolkit format) --------------------------------------
+
+_CLIENT_AUTH = {
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+}
+_TLS_VERSIONS = {"TLS10", "TLS11", "TLS12", "TLS13"}
+_TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version"}
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    cert_file: Path
+    key_file: Path
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: Path | None = None
+    min_version: str = "TLS12"
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    tls: TlsConfig | None = None
+    # user -> bcrypt hash (never the password itself).
+    basic_auth_users: tuple[tuple[str, str], ...] = ()
+
+
+def load_web_config(path: str | Path) -> WebConfig:
+    """Read a Prometheus web-config file; relative paths are relative to the file."""
+    p = Path(path)
+    where = f"web config {p}"
+    try:
+        import yaml
+
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{where}: not valid YAML: {first}") from None
+    data = data or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a table at the top level")
+    unknown = set(data) - {"tls_server_config", "basic_auth_users"}
+    if unknown:
+        raise ConfigError(f"{where}: {sorted(unknown)[0]}: not supported by headroom agent")
+    tls = None
+    if data.get("tls_server_config") is not None:
+        t = data["tls_server_config"]
+        if not isinstance(t, Mapping):
+            raise ConfigError(f"{where}: tls_server_config: expected a table")
+        bad = set(t) - _TLS_KEYS
+        if bad:
+            raise ConfigError(f"{where}: tls_server_config.{sorted(bad)[0]}: not supported")
+        for key in ("cert_file", "key_file"):
+            if not t.get(key):
+                raise ConfigError(f"{where}: tls_server_config.{key}: required")
+        auth = t.get("client_auth_type", "NoClientCert")
+        if auth not in _CLIENT_AUTH:
+            raise ConfigError(
+                f"{where}: tls_server_config.client_auth_type: unknown value {auth!r}"
+            )
+        if auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert") and not t.get(
+            "client_ca_file"
+        ):
+            raise ConfigError(f"{where}: tls_server_config.client_ca_file: required by {auth}")
+        version = t.get("min_version", "TLS12")
+        if version not in _TLS_VERSIONS:
+            raise ConfigError(f"{where}: tls_server_config.min_version: unknown value {version!r}")
+
+        def resolve(name: str) -> Path:
+            f = Path(str(t[name]))
+            f = f if f.is_absolute() else p.parent / f
+            if not f.is_file():
+                raise ConfigError(f"{where}: tls_server_config.{name}: no such file {f}")
+            return f
+
+        tls = TlsConfig(
+            cert_file=resolve("cert_file"),
+            key_file=resolve("key_file"),
+            client_auth_type=auth,
+            client_ca_file=resolve("client_ca_file") if t.get("client_ca_file") else None,
+            min_version=version,
+        )
+    users: list[tuple[str, str]] = []
+    if data.get("basic_auth_users") is not None:
+        u = data["basic_auth_users"]
+        if not isinstance(u, Mapping):
+            raise ConfigError(f"{where}: basic_auth_users: expected a table of user: bcrypt hash")
+        for user, hashed in u.items():
+            if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
+                raise ConfigError(
+                    f"{where}: basic_auth_users.{user}: expected a bcrypt hash ($2y$...), "
+                    "as Prometheus's web config does; never a plain password"
+                )
+            users.append((str(user), hashed))
+    return WebConfig(tls=tls, basic_auth_users=tuple(users))

@@ -1,0 +1,214 @@
+"""diagnose(): one window in, every verdict that holds out, the primary cause first.
+
+The order answers "why is my GPU under-used?": a client that cannot drive the
+load invalidates the rest; then whatever stops work reaching the GPU (the
+scheduler's caps, launch overhead, CPU in the path, too little load); last the
+healthy saturations, which say the GPU itself is the limit. Weak verdicts
+(below ``Thresholds.weak_confidence``, typically for want of a source) sort
+after every confident one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.diagnosis import figures as fig
+from monitor.diagnosis import rules
+from monitor.diagnosis.thresholds import Caps, Thresholds
+from monitor.diagnosis.verdict import Verdict
+from monitor.report import engine_scope
+from monitor.window import WindowStats
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    verdicts: tuple[Verdict, ...]
+    # Scope ("engine:...", "box") -> JSON-able figures: Little's law, caps, busy fraction, roofline.
+    analyses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def top(self) -> Verdict | None:
+        return self.verdicts[0] if self.verdicts else None
+
+
+_RANK = {
+    "client-limited": 0,
+    "idle": 1,
+    "kv-cap": 2,
+    "seq-cap": 3,
+    "token-cap": 4,
+    "launch-bound": 5,
+    "cpu-bound": 6,
+    "starved": 7,
+    "comm-bound": 8,
+    "memory-bound": 8,
+    "compute-bound": 8,
+    "unknown": 10,
+}
+
+
+def rank(v: Verdict) -> int:
+    if v.cause == "idle" and v.scope != rules.BOX:
+        return 9  # one idle GPU or engine in a box that has work is a side note
+    return _RANK.get(v.cause, 10)
+
+
+def order(verdicts: list[Verdict], th: Thresholds) -> tuple[Verdict, ...]:
+    return tuple(
+        sorted(
+            verdicts,
+            key=lambda v: (v.confidence < th.weak_confidence, rank(v), -v.confidence, v.scope),
+        )
+    )
+
+
+def _engine_verdicts(ctx: rules.Context) -> list[Verdict]:
+    out: list[Verdict] = []
+    for e in ctx.window.engines:
+        if rules.engine_idle(e, ctx.th):
+            gpus_idle = all(rules.gpu_idle(g, ctx.th) for g in ctx.gpus if g.util is not None)
+            if gpus_idle:
+                continue  # the box verdict (or none, if another engine works) covers it
+            out.append(
+                rules.make_verdict(
+                    "idle",
+                    0.7,
+                    engine_scope(e),
+                    [rules.ev("running_max", e.running_max, 0.5, "<")],
+                    "none for this engine; if it should have work, check the router in front",
+                    "This engine has no requests.",
+                )
+            )
+            continue
+        token = rules.token_cap(ctx, e)
+        found = [
+            rules.kv_cap(ctx, e),
+            rules.seq_cap(ctx, e, token_pinned=token is not None),
+            token,
+            rules.starved(ctx, e),
+            rules.cpu_bound_engine(ctx, e),
+        ]
+        out += [v for v in found if v is not None]
+    return out
+
+
+def _fallback(ctx: rules.Context) -> Verdict:
+    w = ctx.window
+    if not w.engines and not ctx.has_gpu:
+        errs = "; ".join(f"{e.source}: {e.message}" for e in w.errors[:3])
+        return rules.make_verdict(
+            "unknown",
+            0.0,
+            rules.BOX,
+            [],
+            "check that the sources can be read (NVML or --dcgm-exporter, --vllm URL)",
+            "No data: no GPU or engine source produced readings" + (f" ({errs})." if errs else "."),
+            ("gpu", "engine"),
+        )
+    evidence = ctx.gpu_evidence() if ctx.has_gpu else []
+    for e in w.engines:
+        evidence += [
+            rules.ev("running_mean", e.running_mean),
+            rules.ev("waiting_mean", e.waiting_mean),
+        ]
+    if not ctx.has_gpu:
+        return rules.make_verdict(
+            "unknown",
+            0.3,
+            rules.BOX,
+            evidence,
+            "add a GPU source (NVML on this host, or --dcgm-exporter URL) to judge the GPU side",
+            "No cause from the engine alone; without GPU data, saturation, launch overhead and "
+            "CPU in the path cannot be judged.",
+            ("gpu",),
+        )
+    missing = () if w.engines else ("engine",)
+    return rules.make_verdict(
+        "unknown",
+        0.3,
+        rules.BOX,
+        evidence,
+        "give max_num_seqs / max_num_batched_tokens, add the engine's /metrics, or watch longer",
+        "No single cause stands out in this window.",
+        missing,
+    )
+
+
+def _box_analysis(ctx: rules.Context) -> dict[str, Any]:
+    w = ctx.window
+    host = w.host
+    load = dict(w.load)
+    engine_in_flight = None
+    if w.engines and all(e.in_flight_mean is not None for e in w.engines):
+        engine_in_flight = sum(e.in_flight_mean or 0.0 for e in w.engines)
+    client_in_flight = load.get("client_in_flight")
+    agree = None
+    if client_in_flight is not None and engine_in_flight is not None:
+        scale = max(client_in_flight, engine_in_flight)
+        agree = (
+            scale == 0
+            or abs(client_in_flight - engine_in_flight) <= ctx.th.littles_tolerance * scale
+        )
+    missing = []
+    if not ctx.has_gpu:
+        missing.append("gpu")
+    if not w.engines:
+        missing.append("engine")
+    if host is None:
+        missing.append("host")
+
+    def r(v: float | None) -> float | None:
+        return None if v is None else round(v, 4)
+
+    return {
+        "busy_fraction": r(fig.busy_fraction(w.gpus)),
+        "gpu_util_mean": r(fig.util_mean(w.gpus)),
+        "gpu_sm_active_mean": r(fig.sm_active_mean(w.gpus)),
+        "gpus_saturated": fig.gpus_saturated(w.gpus, ctx.th),
+        "host_cpu_busy_ratio": r(host.cpu_busy_ratio) if host is not None else None,
+        "engine_thread_cpu_ratio": r(fig.engine_thread_ratio(host)),
+        "engine_in_flight": r(engine_in_flight),
+        "client_in_flight": r(client_in_flight),
+        # False: something between client and engine (a gateway, the client) holds requests.
+        "client_engine_in_flight_ok": agree,
+        "missing": missing,
+    }
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+NO_CAPS = Caps()
+
+
+def diagnose(
+    window: WindowStats, thresholds: Thresholds = DEFAULT_THRESHOLDS, caps: Caps = NO_CAPS
+) -> Diagnosis:
+    """Every verdict that holds in this window, most important first. Pure: no I/O, no state."""
+    ctx = rules.Context(window, thresholds, caps)
+    verdicts: list[Verdict] = []
+    idle = rules.box_idle(ctx)
+    if idle is not None:
+        verdicts.append(idle)
+    else:
+        verdicts += _engine_verdicts(ctx)
+        box_cpu = rules.cpu_bound_box(ctx)
+        if box_cpu is not None:
+            verdicts.append(box_cpu)
+        for g in window.gpus:
+            for check in (rules.launch_bound, rules.saturated):
+                v = check(ctx, g)
+                if v is not None:
+                    verdicts.append(v)
+        verdicts += rules.idle_gpus(ctx)
+    client = rules.client_limited(ctx)
+    if client is not None:
+        verdicts.append(client)
+    if not verdicts:
+        verdicts.append(_fallback(ctx))
+    analyses: dict[str, Mapping[str, Any]] = {
+        engine_scope(e): fig.engine_analysis(e, window.gpus, window.host, caps, thresholds)
+        for e in window.engines
+    }
+    analyses["box"] = _box_analysis(ctx)
+    return Diagnosis(order(verdicts, thresholds), analyses)

@@ -1,0 +1,341 @@
+"""The numbers behind the verdicts: Little's law, the caps, the busy fraction, the roofline.
+
+Pure functions of a window. They return None where a figure cannot be computed
+from what was read, never a guess dressed as a measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from monitor.diagnosis.peaks import GpuPeak, match_gpu, peak_for_key
+from monitor.diagnosis.thresholds import Caps, Thresholds
+from monitor.window import ITERATION_TOKENS, EngineWindow, GpuWindow, HostWindow
+
+# -- GPU ---------------------------------------------------------------------
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def util_mean(gpus: Sequence[GpuWindow]) -> float | None:
+    return _mean([g.util for g in gpus])
+
+
+def sm_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
+    return _mean([g.sm_active for g in gpus])
+
+
+def tensor_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
+    return _mean([g.tensor_active for g in gpus])
+
+
+def busy_fraction(gpus: Sequence[GpuWindow]) -> float | None:
+    """Share of the time the box's GPUs had a kernel running (the duty cycle), mean over GPUs.
+
+    Story B: 12 ms of GPU work then 28 ms of CPU per step reads 12 / 40 = 0.30.
+    """
+    return util_mean(gpus)
+
+
+def gpu_activity(gpus: Sequence[GpuWindow]) -> float | None:
+    """How much of the GPU is in use: SM active where known (duty cycle overstates tiny
+    kernels), else the duty cycle."""
+    sm = sm_active_mean(gpus)
+    return sm if sm is not None else util_mean(gpus)
+
+
+def gpus_saturated(gpus: Sequence[GpuWindow], th: Thresholds) -> bool | None:
+    """True when every GPU's duty cycle and (where known) SM active are high."""
+    if not gpus:
+        return None
+    for g in gpus:
+        if g.util is None:
+            return None
+        if g.util < th.util_saturated:
+            return False
+        if g.sm_active is not None and g.sm_active < th.sm_active_high:
+            return False
+    return True
+
+
+def compute_saturated(gpus: Sequence[GpuWindow], th: Thresholds) -> bool | None:
+    """True when every GPU is saturated with its tensor cores busy: more sequences or a
+    bigger token budget would only add latency. A memory-bound GPU is not: bigger batches
+    reuse the weights each step streams, so light decode load reads util ~100% yet has room.
+    None when it cannot be told (no GPU, or no tensor activity metric)."""
+    sat = gpus_saturated(gpus, th)
+    if sat is None:
+        return None
+    if not sat:
+        return False
+    if any(g.tensor_active is None for g in gpus):
+        return None
+    return all((g.tensor_active or 0.0) >= th.tensor_high for g in gpus)
+
+
+# -- Engine queue and caps ---------------------------------------------------
+
+
+def _aligned(e: EngineWindow) -> list[tuple[float, float]]:
+    # The window drops unread gauges from each series separately; only equal lengths align.
+    if len(e.running_series) == len(e.waiting_series):
+        return list(zip(e.running_series, e.waiting_series))
+    return []
+
+
+def waiting_share(e: EngineWindow) -> float | None:
+    """Share of samples in which requests waited."""
+    if not e.waiting_series:
+        return None
+    return sum(1 for w in e.waiting_series if w > 0) / len(e.waiting_series)
+
+
+def queue_sustained(e: EngineWindow, th: Thresholds) -> bool:
+    share = waiting_share(e)
+    return (
+        e.waiting_mean is not None
+        and e.waiting_mean > th.waiting_min
+        and share is not None
+        and share >= th.waiting_sustained
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SeqCap:
+    value: int | None
+    inferred: bool  # from the plateau of running while requests wait
+    assumed: bool  # neither given nor inferable: Thresholds.assumed_max_num_seqs
+    at_cap_share: float | None  # share of queued samples with running at the cap
+    queued_samples: int
+
+
+def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds) -> SeqCap:
+    queued = [r for r, w in _aligned(e) if w > 0]
+
+    def share_at(cap: float) -> float | None:
+        if not queued:
+            return None
+        return sum(1 for r in queued if r >= cap * (1 - th.plateau_tolerance)) / len(queued)
+
+    if caps.max_num_seqs is not None:
+        return SeqCap(caps.max_num_seqs, False, False, share_at(caps.max_num_seqs), len(queued))
+    if len(queued) >= th.plateau_min_samples and max(queued) >= 1:
+        top = max(queued)
+        share = share_at(top)
+        if share is not None and share >= th.plateau_share:
+            return SeqCap(int(round(top)), True, False, share, len(queued))
+    return SeqCap(th.assumed_max_num_seqs, False, True, None, len(queued))
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBudget:
+    value: int | None
+    inferred: bool
+    pinned_share: float | None  # share of engine steps that filled the budget
+    prefill_share: float | None  # prompt tokens over all tokens processed
+
+
+def _bucket_counts(e: EngineWindow) -> list[tuple[float, float, float]]:
+    """(lower, upper, count) per bucket of the iteration-tokens histogram delta."""
+    hist = e.histogram(ITERATION_TOKENS)
+    if hist is None or hist.count <= 0:
+        return []
+    out = []
+    lower, prev = 0.0, 0.0
+    for le, cum in hist.buckets:
+        out.append((lower, le, cum - prev))
+        lower, prev = le, cum
+    return out
+
+
+def prefill_share(e: EngineWindow) -> float | None:
+    p, g = e.prompt_tokens_per_s, e.generation_tokens_per_s
+    if p is None or g is None or p + g <= 0:
+        return None
+    return p / (p + g)
+
+
+def token_budget(e: EngineWindow, caps: Caps, th: Thresholds) -> TokenBudget:
+    buckets = _bucket_counts(e)
+    total = sum(c for _, _, c in buckets)
+    pshare = prefill_share(e)
+    if caps.max_num_batched_tokens is not None:
+        pinned = None
+        if total > 0:
+            # Coarse: the bucket holding budget x token_fill counts whole.
+            edge = caps.max_num_batched_tokens * th.token_fill
+            pinned = sum(c for _, le, c in buckets if le >= edge) / total
+        return TokenBudget(caps.max_num_batched_tokens, False, pinned, pshare)
+    finite = [(lo, le, c) for lo, le, c in buckets if c > 0 and not math.isinf(le)]
+    if total > 0 and finite:
+        lo, le, c = finite[-1]
+        share = c / total
+        if le >= th.token_budget_infer_min and share >= th.token_pinned_share:
+            return TokenBudget(int(le), True, share, pshare)
+    return TokenBudget(None, False, None, pshare)
+
+
+# -- Little's law --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Littles:
+    in_flight: float | None  # mean running + waiting
+    throughput_rps: float | None  # arrivals: completions plus in-flight growth
+    latency_s: float | None  # mean end-to-end latency from the histogram delta
+    predicted_in_flight: float | None  # throughput x latency
+    ok: bool | None  # measured and predicted agree within littles_tolerance
+    slot_latency_s: float | None  # how long a request holds a sequence slot
+
+
+def littles(e: EngineWindow, th: Thresholds) -> Littles:
+    in_flight = e.in_flight_mean
+    arrival = None
+    if e.requests_per_s is not None:
+        growth = 0.0
+        pairs = _aligned(e)
+        if len(pairs) >= 2 and e.elapsed_s > 0:
+            growth = (sum(pairs[-1]) - sum(pairs[0])) / e.elapsed_s
+        arrival = max(0.0, e.requests_per_s + growth)
+    latency = e.e2e_mean_s
+    predicted = arrival * latency if arrival is not None and latency is not None else None
+    ok = None
+    if predicted is not None and in_flight is not None:
+        scale = max(in_flight, predicted)
+        ok = scale == 0 or abs(predicted - in_flight) <= th.littles_tolerance * scale
+    slot = None
+    if latency is not None:
+        slot = latency - (e.queue_mean_s or 0.0)
+    if (slot is None or slot <= 0) and e.running_mean and e.requests_per_s:
+        slot = e.running_mean / e.requests_per_s  # Little's law on the running stage alone
+    if slot is not None and slot <= 0:
+        slot = None
+    return Littles(in_flight, arrival, latency, predicted, ok, slot)
+
+
+def steps_per_s(e: EngineWindow) -> float | None:
+    hist = e.histogram(ITERATION_TOKENS)
+    if hist is None or e.elapsed_s <= 0:
+        return None
+    return hist.count / e.elapsed_s
+
+
+# -- Roofline ------------------------------------------------------------------
+
+
+def gpu_peak(gpus: Sequence[GpuWindow], caps: Caps) -> GpuPeak | None:
+    if caps.gpu is not None:
+        return peak_for_key(caps.gpu)
+    for g in gpus:
+        peak = match_gpu(g.name, g.memory_total_bytes)
+        if peak is not None:
+            return peak
+    return None
+
+
+def roofline(e: EngineWindow, gpus: Sequence[GpuWindow], caps: Caps) -> dict[str, Any] | None:
+    """Place the live engine on its GPU's roofline from vLLM's estimated FLOPs and bytes.
+
+    vLLM's counters are per GPU already. None when the counters are absent or
+    all zero (vLLM only counts with its MFU metrics enabled).
+    """
+    flops = e.flops_per_s
+    reads, writes = e.read_bytes_per_s, e.write_bytes_per_s
+    byts = None if reads is None and writes is None else (reads or 0.0) + (writes or 0.0)
+    if flops is None and byts is None:
+        return None
+    if not flops and not byts:
+        return None
+    peak = gpu_peak(gpus, caps)
+    intensity = flops / byts if flops is not None and byts else None
+    out: dict[str, Any] = {
+        "achieved_flops_per_s": flops,
+        "achieved_bytes_per_s": byts,
+        "arithmetic_intensity": intensity,
+        "ridge_intensity": None,
+        "mfu": None,
+        "bandwidth_share": None,
+        "side": None,
+        "gpu": None,
+        "precision": caps.precision,
+    }
+    if peak is not None:
+        ridge = peak.ridge(caps.precision)
+        out.update(
+            ridge_intensity=ridge,
+            mfu=flops / peak.flops(caps.precision) if flops is not None else None,
+            bandwidth_share=byts / peak.hbm_bytes_per_s if byts is not None else None,
+            side=None if intensity is None else ("compute" if intensity >= ridge else "memory"),
+            gpu=peak.name,
+            precision=caps.precision if peak.fp8_flops is not None else "bf16",
+        )
+    return out
+
+
+# -- Host ----------------------------------------------------------------------
+
+
+def engine_thread_ratio(host: HostWindow | None) -> float | None:
+    if host is None or host.busiest_thread is None:
+        return None
+    return host.busiest_thread.cpu_ratio
+
+
+# -- All of it, for the report -------------------------------------------------
+
+
+def _r(v: float | None, nd: int = 4) -> float | None:
+    return None if v is None else round(float(v), nd)
+
+
+def engine_analysis(
+    e: EngineWindow,
+    gpus: Sequence[GpuWindow],
+    host: HostWindow | None,
+    caps: Caps,
+    th: Thresholds,
+) -> dict[str, Any]:
+    """The per-engine figures the report, exporter and TUI show (names are an interface)."""
+    lit = littles(e, th)
+    cap = seq_cap(e, caps, th)
+    budget = token_budget(e, caps, th)
+    busy = busy_fraction(gpus)
+    steps = steps_per_s(e)
+    fill = cap.value / lit.slot_latency_s if cap.value and lit.slot_latency_s else None
+    gpu_ms = gap_ms = None
+    if busy is not None and steps:
+        gpu_ms = 1000.0 * busy / steps
+        gap_ms = 1000.0 * (1.0 - min(busy, 1.0)) / steps
+    roof = roofline(e, gpus, caps)
+    return {
+        "littles_in_flight": _r(lit.in_flight),
+        "littles_throughput_rps": _r(lit.throughput_rps),
+        "littles_latency_s": _r(lit.latency_s),
+        "littles_predicted_in_flight": _r(lit.predicted_in_flight),
+        "littles_ok": lit.ok,
+        "slot_latency_s": _r(lit.slot_latency_s),
+        "seq_cap": cap.value,
+        "seq_cap_inferred": cap.inferred,
+        "seq_cap_assumed": cap.assumed,
+        "fill_rate_rps": _r(fill),
+        "queue_sustained": queue_sustained(e, th),
+        "waiting_share": _r(waiting_share(e)),
+        "token_budget": budget.value,
+        "token_budget_inferred": budget.inferred,
+        "token_pinned_share": _r(budget.pinned_share),
+        "prefill_share": _r(budget.prefill_share),
+        "busy_fraction": _r(busy),
+        "steps_per_s": _r(steps, 3),
+        "gpu_ms_per_step": _r(gpu_ms, 3),
+        "host_gap_ms_per_step": _r(gap_ms, 3),
+        "engine_thread_cpu_ratio": _r(engine_thread_ratio(host)),
+        "roofline": None
+        if roof is None
+        else {k: (_r(v, 6) if isinstance(v, float) else v) for k, v in roof.items()},
+    }

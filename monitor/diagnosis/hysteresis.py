@@ -1,0 +1,85 @@
+"""Diagnoser: diagnose() over successive windows, with hysteresis so verdicts do not flap.
+
+A cause (per scope) becomes *stable* once it has held for ``enter_windows``
+consecutive windows, and clears only after ``clear_windows`` consecutive
+windows without it; while it is held over, its last evidence is shown.
+``since`` is the wall time (``window.wall_end``) of the first window of the run
+in which it held.
+
+Before anything is stable (the first windows of a run, or a
+``snapshot --window 2``), the raw verdicts are reported as they are, with
+confidence scaled by ``pending_confidence_factor``: the very first window
+always names a cause. Once a cause is stable it leads; newer causes still
+pending follow it, scaled the same way, until they are stable themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from monitor.diagnosis.diagnose import Diagnosis, diagnose, order
+from monitor.diagnosis.thresholds import Caps, Thresholds
+from monitor.diagnosis.verdict import Verdict
+from monitor.window import WindowStats
+
+
+@dataclass
+class _Track:
+    since: float
+    last: Verdict
+    held: int = 0  # consecutive windows it held
+    absent: int = 0  # consecutive windows it did not
+    stable: bool = False
+
+
+class Diagnoser:
+    def __init__(self, thresholds: Thresholds | None = None, caps: Caps | None = None) -> None:
+        self.thresholds = thresholds if thresholds is not None else Thresholds()
+        self.caps = caps if caps is not None else Caps()
+        self._tracks: dict[tuple[str, str], _Track] = {}
+
+    def reset(self) -> None:
+        self._tracks.clear()
+
+    def update(self, window: WindowStats) -> Diagnosis:
+        th = self.thresholds
+        raw = diagnose(window, th, self.caps)
+        now = {(v.cause, v.scope): v for v in raw.verdicts}
+        for key, v in now.items():
+            track = self._tracks.get(key)
+            if track is None:
+                track = self._tracks[key] = _Track(since=window.wall_end, last=v)
+            track.held += 1
+            track.absent = 0
+            track.last = v
+            if track.held >= th.enter_windows:
+                track.stable = True
+        for key in [k for k in self._tracks if k not in now]:
+            track = self._tracks[key]
+            track.absent += 1
+            track.held = 0
+            # A pending cause that lapses starts over; a stable one waits out clear_windows.
+            if not track.stable or track.absent >= th.clear_windows:
+                del self._tracks[key]
+        stable: list[Verdict] = []
+        pending: list[Verdict] = []
+        for track in self._tracks.values():
+            v = dataclasses.replace(track.last, since=track.since)
+            if track.stable:
+                if track.absent:
+                    v = dataclasses.replace(
+                        v,
+                        summary=f"{v.summary} (held: not seen in the last {track.absent} window"
+                        f"{'s' if track.absent > 1 else ''})",
+                    )
+                stable.append(v)
+            else:
+                pending.append(v)
+        # Order on the rule's own confidence, then scale: scaling first would push every
+        # pending verdict under weak_confidence and lose the primary-cause order.
+        scaled = tuple(
+            dataclasses.replace(v, confidence=round(v.confidence * th.pending_confidence_factor, 3))
+            for v in order(pending, th)
+        )
+        return Diagnosis(order(stable, th) + scaled, raw.analyses)

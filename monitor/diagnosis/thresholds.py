@@ -1,0 +1,225 @@
+"""Every number the diagnosis compares against, in one object, and what the user tells us.
+
+Defaults are DESIGN.md's starting points, each defended by a test on synthetic
+windows and on the real H200 and vLLM readings (tests/diagnosis/). Ratios are
+0-1. ``configs/headroom.example.toml`` lists every field with its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - CI runs 3.11
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # --- GPU activity -------------------------------------------------------
+    # Duty cycle below which a GPU counts as idle (NVML's util reads 0-1% at rest).
+    util_idle: float = 0.05
+    # With requests running in every sample, a duty cycle below this means the GPU idles
+    # between back-to-back engine steps: host work is in the path (Story B reads 0.30).
+    util_low: float = 0.5
+    # Duty cycle at or above which the GPU is saturated; CPU-in-path needs it below. (The
+    # H200 read 1.00 for matmul and copy; the simulator's memory-bound box, real-time on two
+    # loaded cores, reads 0.85 / SM 0.80: the margin keeps it saturated.)
+    util_saturated: float = 0.8
+    # SM active at or above which the SMs are saturated (with util_saturated).
+    sm_active_high: float = 0.7
+    # Launch-bound: util at least this ...  (the H200 tiny-kernel loop read util 0.23-0.29,
+    # so DESIGN's "util high" cannot mean > 0.5 here)
+    launch_util_min: float = 0.2
+    # ... while SM active is below this share of util (the tiny loop: 0.0004 / 0.27).
+    launch_sm_ratio: float = 0.3
+    # Tensor-pipe active at or above which a saturated GPU is compute-bound (matmul read 0.94).
+    tensor_high: float = 0.5
+    # DRAM bandwidth active at or above which a saturated GPU is memory-bound (copy read 0.89).
+    dram_high: float = 0.5
+    # --- Engine -------------------------------------------------------------
+    # Requests completed per second below which an engine with nothing running is idle.
+    idle_requests_per_s: float = 0.01
+    # Mean waiting requests above which a queue exists (Q > 0.5 on average).
+    waiting_min: float = 0.5
+    # Share of samples with waiting > 0 for the queue to count as sustained.
+    waiting_sustained: float = 0.6
+    # Running within this fraction below the cap counts as "at the cap".
+    plateau_tolerance: float = 0.1
+    # Share of queued samples that must sit at the plateau for a cap to be inferred.
+    plateau_share: float = 0.8
+    # Queued samples needed before a cap is inferred (a snapshot over 2 s has ~3).
+    plateau_min_samples: int = 2
+    # Starved when mean running is at most this share of the sequence cap.
+    starved_running_share: float = 0.5
+    # Assumed sequence cap when neither given nor inferable (vLLM's usual default); said so.
+    assumed_max_num_seqs: int = 256
+    # KV cache usage at or above which the cache is full.
+    kv_full: float = 0.9
+    # Preemptions per second above which the KV cache is forcing requests out.
+    preemptions_per_s_min: float = 0.0
+    # Token budget: share of steps at the budget for it to count as pinned.
+    token_pinned_share: float = 0.5
+    # A step within this fraction below the budget counts as filling it.
+    token_fill: float = 0.9
+    # Share of processed tokens that are prompt tokens for a "prefill-heavy" load.
+    prefill_share_min: float = 0.5
+    # Smallest inferred token budget (with prefill_share_min, keeps decode-only steps of
+    # R tokens from looking like one; the simulator's token-cap runs at 128).
+    token_budget_infer_min: int = 64
+    # --- CPU in the path ----------------------------------------------------
+    # Busiest engine thread (vLLM's engine-core loop) at or above this share of one core.
+    engine_thread_busy: float = 0.85
+    # Serial CPU then GPU: the thread's share of a core at least this, with thread + GPU busy
+    # share at least engine_thread_busy (Story B unoverlapped: 0.7 + 0.3).
+    cpu_step_share: float = 0.5
+    # Whole-host CPU busy share at or above which the host is saturated.
+    host_cpu_saturated: float = 0.9
+    # --- Client -------------------------------------------------------------
+    # Load generator CPU (share of one core) above which it is the bottleneck.
+    client_cpu_saturated: float = 0.9
+    # The generator is short of its target when it reaches less than (1 - this) of it.
+    client_shortfall: float = 0.1
+    # --- Little's law -------------------------------------------------------
+    # Relative disagreement between measured and predicted in-flight still called consistent.
+    littles_tolerance: float = 0.15
+    # --- Reporting ----------------------------------------------------------
+    # Verdicts below this confidence sort after every confident one.
+    weak_confidence: float = 0.5
+    # Windows a cause must hold before it is reported as stable.
+    enter_windows: int = 2
+    # Windows a stable cause must be absent before it clears.
+    clear_windows: int = 2
+    # Confidence factor for a cause seen but not yet held for enter_windows.
+    pending_confidence_factor: float = 0.6
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int":
+                if value < 1 and f.name.endswith(("_windows", "_samples", "_seqs")):
+                    raise ConfigError(f"thresholds.{f.name}: must be at least 1, got {value}")
+            elif value < 0:
+                raise ConfigError(f"thresholds.{f.name}: must not be negative, got {value}")
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What the user knows about the engine: vLLM does not export these."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    # A key of GPU_PEAKS ("H200"), overriding the match on the GPU's name.
+    gpu: str | None = None
+    # Precision the roofline's peak FLOP/s is taken at: "bf16" or "fp8".
+    precision: str = "bf16"
+
+
+_INT_FIELDS = {"int"}
+_FLOAT_FIELDS = {"float"}
+
+
+def _coerce(section: str, name: str, type_name: str, value: Any) -> Any:
+    optional = "None" in type_name
+    base = type_name.replace(" | None", "")
+    if value is None and optional:
+        return None
+    if base in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{section}.{name}: expected an integer, got {value!r}")
+        return value
+    if base in _FLOAT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{section}.{name}: expected a number, got {value!r}")
+        return float(value)
+    if base == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{section}.{name}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{section}.{name}: unsupported setting")  # pragma: no cover
+
+
+def _read(path: str | Path) -> Mapping[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    suffix = p.suffix.lower()
+    try:
+        if suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            raise ConfigError(f"{p}: unknown config format (use .toml, .yaml or .yml)")
+    except ConfigError:
+        raise
+    except Exception as exc:  # the parsers' own errors: one line, no traceback
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{p}: expected a table of settings at the top level")
+    return data
+
+
+def _section(
+    data: Mapping[str, Any], name: str, path: str | Path, top_level: bool
+) -> Mapping[str, Any]:
+    if name in data:
+        section = data[name]
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"{path}: {name}: expected a table")
+        return section
+    if not top_level:
+        return {}
+    # A file holding only thresholds may list them at the top level, beside other tables.
+    return {k: v for k, v in data.items() if not isinstance(v, Mapping)}
+
+
+def _build(cls: type, section: Mapping[str, Any], label: str) -> Any:
+    known = {f.name: str(f.type) for f in fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        if key not in known:
+            raise ConfigError(f"{label}.{key}: unknown key")
+        values[key] = _coerce(label, key, known[key], value)
+    return dataclasses.replace(cls(), **values)
+
+
+def load_thresholds(path: str | Path) -> Thresholds:
+    """Thresholds from a TOML or YAML file: its ``[thresholds]`` table (or top level).
+
+    Unset keys keep their defaults; an unknown key or a wrong type is a
+    ConfigError naming the key.
+    """
+    data = _read(path)
+    return _build(Thresholds, _section(data, "thresholds", path, top_level=True), "thresholds")
+
+
+def load_caps(path: str | Path) -> Caps:
+    """Caps from the ``[caps]`` table of a TOML or YAML file (absent: no caps)."""
+    from monitor.diagnosis.peaks import peak_for_key
+
+    caps = _build(Caps, _section(_read(path), "caps", path, top_level=False), "caps")
+    if caps.gpu is not None and peak_for_key(caps.gpu) is None:
+        raise ConfigError(f"caps.gpu: unknown GPU {caps.gpu!r} (see GPU_PEAKS)")
+    if caps.precision not in ("bf16", "fp8"):
+        raise ConfigError(f"caps.precision: expected 'bf16' or 'fp8', got {caps.precision!r}")
+    for name in ("max_num_seqs", "max_num_batched_tokens"):
+        value = getattr(caps, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"caps.{name}: must be at least 1, got {value}")
+    return caps

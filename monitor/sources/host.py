@@ -1,0 +1,203 @@
+"""Host source: system CPU and the CPU of the engine's processes and threads.
+
+The engine's processes are the given PIDs, or the local processes listening on
+the given TCP ports (vLLM's API server), plus all their descendants (vLLM's
+engine core is a child process). Finding them walks every process, so it runs
+at most every ``rediscover_s`` seconds; each tick only reads the CPU times of
+the processes already found. A process that exits is dropped, never an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import psutil
+
+from monitor.samples import HostSample, ProcessCpu, SourceError, ThreadCpu
+from monitor.sources.base import Reading
+
+log = logging.getLogger(__name__)
+
+_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
+
+
+def _cpu_totals() -> tuple[float, float, float | None]:
+    t = psutil.cpu_times()
+    fields = t._asdict()
+    total = sum(fields.values())
+    # Linux counts guest time inside user and nice already: do not count it twice.
+    total -= fields.get("guest", 0.0) + fields.get("guest_nice", 0.0)
+    idle = fields.get("idle", 0.0) + fields.get("iowait", 0.0)
+    steal = fields.get("steal")
+    return total, idle, steal
+
+
+def _cpu_freq() -> tuple[float | None, float | None]:
+    try:
+        f = psutil.cpu_freq()
+    except (OSError, NotImplementedError, RuntimeError):
+        return None, None
+    if f is None:
+        return None, None
+    current = f.current if f.current and f.current > 0 else None
+    top = f.max if f.max and f.max > 0 else None
+    return current, top
+
+
+def _thread_name(pid: int, tid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _listeners(ports: set[int]) -> tuple[dict[int, set[int]], set[int]]:
+    """PIDs listening on each of ``ports``, and the ports whose listener we cannot see."""
+    found: dict[int, set[int]] = {}
+    hidden: set[int] = set()
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        conns = []
+        for proc in psutil.process_iter():
+            try:
+                for c in proc.net_connections(kind="tcp"):
+                    conns.append(c._replace(pid=proc.pid))  # type: ignore[attr-defined]
+            except _GONE:
+                continue
+    for c in conns:
+        if c.status != psutil.CONN_LISTEN or not c.laddr or c.laddr.port not in ports:
+            continue
+        if c.pid is None:
+            hidden.add(c.laddr.port)  # another user's process: its fds are not ours to read
+        else:
+            found.setdefault(c.laddr.port, set()).add(c.pid)
+    return found, hidden
+
+
+class HostSource:
+    """Reads host CPU times and the engine processes' CPU each tick; never raises."""
+
+    name = "host"
+
+    def __init__(
+        self,
+        pids: Sequence[int] = (),
+        ports: Sequence[int] = (),
+        rediscover_s: float = 10.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pids = tuple(int(p) for p in pids)
+        self.ports = tuple(int(p) for p in ports)
+        self.rediscover_s = float(rediscover_s)
+        self._clock = clock
+        self._procs: dict[int, psutil.Process] = {}
+        self._thread_names: dict[tuple[int, int], str] = {}
+        self._next_discovery = -float("inf")
+        self._cpu_count = psutil.cpu_count() or os.cpu_count() or 1
+        notes = self._discover()
+        self.notes: tuple[str, ...] = tuple(notes)
+
+    @property
+    def tracked_pids(self) -> tuple[int, ...]:
+        return tuple(sorted(self._procs))
+
+    def _discover(self) -> list[str]:
+        """Find the engine's processes again; return notes on what could not be found."""
+        self._next_discovery = self._clock() + self.rediscover_s
+        notes: list[str] = []
+        roots: set[int] = set()
+        for pid in self.pids:
+            if psutil.pid_exists(pid):
+                roots.add(pid)
+            else:
+                notes.append(f"host: no process {pid} (has it exited?)")
+        if self.ports:
+            try:
+                found, hidden = _listeners(set(self.ports))
+            except (OSError, psutil.Error) as exc:
+                found, hidden = {}, set()
+                notes.append(f"host: cannot list listening sockets ({exc}); pass the engine's PID")
+            for port in self.ports:
+                if port in found:
+                    roots |= found[port]
+                elif port in hidden:
+                    notes.append(
+                        f"host: port {port} is served by another user's process; "
+                        "run headroom as that user or pass its PID"
+                    )
+                else:
+                    notes.append(
+                        f"host: no local process listens on TCP port {port} (yet); "
+                        f"looking again every {self.rediscover_s:g} s"
+                    )
+        procs: dict[int, psutil.Process] = {}
+        for pid in sorted(roots):
+            try:
+                root = self._procs.get(pid) or psutil.Process(pid)
+                family = [root, *root.children(recursive=True)]
+            except _GONE:
+                continue
+            for p in family:
+                # Keep the Process objects we have: psutil checks them against PID reuse.
+                procs.setdefault(p.pid, self._procs.get(p.pid, p))
+        self._procs = procs
+        # Thread names are cached between discoveries; a renamed or reused thread id is
+        # picked up at the next one.
+        self._thread_names = {}
+        return notes
+
+    def _process(self, proc: psutil.Process) -> ProcessCpu | None:
+        try:
+            with proc.oneshot():
+                times = proc.cpu_times()
+                name = proc.name()
+            threads = proc.threads()
+        except _GONE:
+            return None
+        out = []
+        for th in threads:
+            key = (proc.pid, th.id)
+            tname = self._thread_names.get(key)
+            if tname is None:
+                tname = _thread_name(proc.pid, th.id)
+                if tname:
+                    self._thread_names[key] = tname
+            out.append(ThreadCpu(th.id, tname, th.user_time + th.system_time))
+        return ProcessCpu(proc.pid, name, times.user + times.system, tuple(out))
+
+    def read(self) -> Reading:
+        try:
+            if self._clock() >= self._next_discovery and (self.pids or self.ports):
+                self._discover()
+            total, idle, steal = _cpu_totals()
+            freq, freq_max = _cpu_freq()
+            processes = []
+            for pid in sorted(self._procs):
+                p = self._process(self._procs[pid])
+                if p is None:
+                    del self._procs[pid]  # exited: found again only if it comes back
+                    continue
+                processes.append(p)
+        except Exception as exc:  # psutil on an odd platform must cost one reading only
+            log.warning("host source failed", exc_info=True)
+            return Reading(errors=(SourceError(self.name, "", f"cannot read host CPU: {exc}"),))
+        return Reading(
+            host=HostSample(
+                cpu_count=self._cpu_count,
+                cpu_total_seconds=total,
+                cpu_idle_seconds=idle,
+                cpu_steal_seconds=steal,
+                cpu_freq_mhz=freq,
+                cpu_freq_max_mhz=freq_max,
+                processes=tuple(processes),
+            )
+        )
+
+    def close(self) -> None:
+        self._procs.clear()

@@ -1,0 +1,322 @@
+"""The Textual app: one worker thread pulls frames from a feed, the screens draw the latest View.
+
+Data flows down: the worker gets a Frame (blocking on the network or a
+replay's clock, never on the event loop), the app turns it into an immutable
+View and hands it to the screens. Keys flow up as actions.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from textual.app import App
+from textual.binding import Binding
+from textual.timer import Timer
+from textual.worker import get_current_worker
+
+from monitor.errors import HeadroomError
+from monitor.tui import fmt
+from monitor.tui.feeds import Feed, Frame, ReplayFeed
+from monitor.tui.screens import (
+    DataScreen,
+    HelpScreen,
+    MainScreen,
+    SweepScreen,
+)
+from monitor.tui.sweep import SweepLauncher, SweepState, read_sweep
+from monitor.tui.view import View
+
+HISTORY = 300  # reports kept for sparklines: five minutes at 1 s
+
+
+class ScenarioControl(Protocol):
+    """What the demo gives the app to switch the simulator's scenario."""
+
+    names: Sequence[str]
+    current: str
+
+    def set(self, name: str) -> None:
+        """Switch (may block on HTTP: the app calls it from a worker)."""
+
+
+class HeadroomApp(App[int]):
+    CSS_PATH = "headroom.tcss"
+    TITLE = "headroom"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("p,space", "pause", "Pause"),
+        Binding("tab", "app.focus_next", "Panel", show=True),
+        Binding("shift+tab", "app.focus_previous", "Panel", show=False),
+        Binding("plus,equals_sign", "faster", "Faster"),
+        Binding("minus", "slower", "Slower"),
+        Binding("r", "record", "Record"),
+        Binding("w", "sweep", "Sweep"),
+        Binding("W", "toggle_sweep", "Start/stop sweep", show=False),
+        Binding("s", "next_scenario", "Scenario"),
+        Binding("question_mark", "help", "Help"),
+        *[
+            Binding(str(i), f"pick_scenario({i})", f"scenario {i}", show=False)
+            for i in range(1, 10)
+        ],
+    ]
+
+    def __init__(
+        self,
+        feed: Feed,
+        *,
+        scenarios: ScenarioControl | None = None,
+        record_path: str | Path | None = None,
+        autostart: bool = True,
+        preload: int = 0,
+        sweep_path: str | Path | None = None,
+        sweep_launcher: SweepLauncher | None = None,
+        title: str = "headroom",
+    ) -> None:
+        super().__init__()
+        self.feed = feed
+        self.scenarios = scenarios
+        self.record_path = Path(record_path) if record_path else None
+        self.autostart = autostart
+        self.preload = preload
+        self.sweep_path = sweep_path
+        self.sweep_state: SweepState | None = None
+        self.sweep_launcher = sweep_launcher
+        self._sweep_timer: Timer | None = None
+        self.title = title
+        self.view = View()
+        self.paused = False
+        self.frames_seen = 0
+        self.replay_done = False
+        self._history: collections.deque = collections.deque(maxlen=HISTORY)
+        self._latest: Frame | None = None
+        self._feed_error: str | None = None
+        self._stop = threading.Event()
+
+    # Data in -------------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        if self.preload and isinstance(self.feed, ReplayFeed):
+            for _ in range(self.preload):
+                frame = self.feed.step()
+                if frame is None:
+                    break
+                self.apply_frame(frame)
+        self._publish()
+        self.push_screen(MainScreen())
+        if self.sweep_path is not None:
+            self._follow_sweep()
+        if self.autostart:
+            self.feed.start()
+            self.run_worker(self._pump, thread=True, exclusive=True, group="feed", name="feed")
+
+    def _pump(self) -> None:
+        worker = get_current_worker()
+        holds = isinstance(self.feed, ReplayFeed)
+        while not self._stop.is_set() and not worker.is_cancelled:
+            if self.paused and holds:
+                # A paused replay stops advancing; live feeds keep collecting so history has no hole.
+                self._stop.wait(0.1)
+                continue
+            try:
+                frame = self.feed.next(self._stop)
+            except Exception as exc:  # a feed bug must show, not kill the UI
+                frame = Frame(None, error=f"{type(exc).__name__}: {exc}")
+                self._stop.wait(1.0)
+            while holds and self.paused and not self._stop.is_set():
+                self._stop.wait(0.1)  # paused while this frame was on its way: hold it
+            if frame is None:
+                if isinstance(self.feed, ReplayFeed) and self.feed.finished:
+                    self._post(self._replay_finished)
+                    return
+                continue
+            self._post(self.apply_frame, frame, True)
+
+    def _post(self, fn, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if self._stop.is_set():
+            return
+        try:
+            self.call_from_thread(fn, *args, **kwargs)
+        except RuntimeError:
+            # The app is shutting down: the event loop no longer takes calls.
+            self._stop.set()
+
+    def apply_frame(self, frame: Frame, publish: bool = False) -> None:
+        self.frames_seen += 1
+        if frame.report is None:
+            self._feed_error = frame.error
+        else:
+            self._feed_error = None
+            self._history.append(frame.report)
+            self._latest = frame
+        # Paused: keep collecting (history stays whole) but leave the screen as it was.
+        if publish and not self.paused:
+            self._publish()
+
+    def _publish(self) -> None:
+        latest = self._latest
+        self.view = View(
+            report=latest.report if latest else None,
+            history=tuple(self._history),
+            feed_error=self._feed_error,
+            position=latest.position if latest else None,
+        )
+        screen = self.screen
+        if isinstance(screen, DataScreen):
+            screen.redraw()
+
+    def _replay_finished(self) -> None:
+        self.replay_done = True
+        self._publish()
+        self.notify("End of the recording", title="replay")
+
+    def _follow_sweep(self) -> None:
+        self._refresh_sweep()
+        if self._sweep_timer is None:
+            self._sweep_timer = self.set_interval(1.0, self._refresh_sweep)
+
+    def _refresh_sweep(self) -> None:
+        assert self.sweep_path is not None
+        self.run_worker(self._read_sweep, thread=True, exclusive=True, group="sweep")
+
+    def _read_sweep(self) -> None:
+        state = read_sweep(self.sweep_path)  # type: ignore[arg-type]
+        self._post(self._set_sweep, state)
+
+    def _set_sweep(self, state: SweepState) -> None:
+        self.sweep_state = state
+        if isinstance(self.screen, SweepScreen):
+            self.screen.update_view(self.view)
+
+    # What the status bar says ---------------------------------------------------------------
+
+    def status_line(self) -> str:
+        # Most urgent first: the line is cut at the terminal's width.
+        parts = [f"{self.title} · {self.feed.label}"]
+        if self.paused:
+            parts.append("PAUSED (p)")
+        rec = self.feed.recorder
+        if rec is not None and not rec.closed:
+            parts.append(f"REC {rec.path.name} ({rec.lines})")
+        if self.view.feed_error:
+            parts.append(f"! {self.view.feed_error}")
+        if self.scenarios is not None:
+            parts.append(f"scenario {self.scenarios.current} (s: next)")
+        if self.view.position:
+            i, n = self.view.position
+            parts.append(f"tick {i + 1}/{n}" + (" END" if self.replay_done else ""))
+        parts.append(self.feed.pace())
+        rep = self.view.report
+        if rep:
+            parts.append(f"window {rep.get('window_s', 0):.0f} s")
+            parts.append(fmt.clock(rep.get("time")))
+        return " · ".join(parts)
+
+    # Actions -----------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("next_scenario", "pick_scenario"):
+            return self.scenarios is not None
+        return True
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self._publish()
+
+    def action_faster(self) -> None:
+        self.notify(f"now {self.feed.faster()}", timeout=2)
+        self._publish()
+
+    def action_slower(self) -> None:
+        self.notify(f"now {self.feed.slower()}", timeout=2)
+        self._publish()
+
+    def action_record(self) -> None:
+        if self.feed.recorder is not None:
+            rec = self.feed.recorder
+            self.feed.stop_recording()
+            self.notify(f"Recorded {rec.lines} ticks to {rec.path}", title="recording stopped")
+        else:
+            path = self.record_path or Path(f"headroom-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+            try:
+                self.feed.start_recording(path)
+            except HeadroomError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            self.notify(f"Recording to {path}", title="recording")
+        self._publish()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_sweep(self) -> None:
+        if not isinstance(self.screen, SweepScreen):
+            self.push_screen(SweepScreen())
+
+    def action_toggle_sweep(self) -> None:
+        launcher = self.sweep_launcher
+        if launcher is None:
+            self.notify(
+                "Start one with `headroom sweep ... --out DIR`, and watch with --sweep DIR",
+                title="no sweep launcher here",
+            )
+            return
+        if launcher.running:
+            launcher.stop()
+            self.notify("Sweep stopped", title="sweep")
+            return
+        try:
+            self.sweep_path = launcher.start()
+        except OSError as exc:
+            self.notify(f"could not start the sweep: {exc}", severity="error")
+            return
+        self.notify(f"Sweep started, writing to {self.sweep_path}", title="sweep")
+        self._follow_sweep()
+        self.action_sweep()
+
+    def action_next_scenario(self) -> None:
+        ctl = self.scenarios
+        if ctl is None or not ctl.names:
+            return
+        names = list(ctl.names)
+        i = names.index(ctl.current) if ctl.current in names else -1
+        self._switch_scenario(names[(i + 1) % len(names)])
+
+    def action_pick_scenario(self, n: int) -> None:
+        ctl = self.scenarios
+        if ctl is None:
+            return
+        if 1 <= n <= len(ctl.names):
+            self._switch_scenario(list(ctl.names)[n - 1])
+
+    def _switch_scenario(self, name: str) -> None:
+        ctl = self.scenarios
+        assert ctl is not None
+
+        def work() -> None:
+            try:
+                ctl.set(name)
+            except Exception as exc:
+                self._post(self.notify, f"could not switch to {name}: {exc}", severity="error")
+                return
+            self._post(self.notify, f"scenario: {name}", timeout=3)
+            self._post(self._publish)
+
+        self.run_worker(work, thread=True, group="scenario")
+
+    async def action_quit(self) -> None:
+        self._stop.set()
+        self.exit(0)
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        if self.sweep_launcher is not None:
+            self.sweep_launcher.stop()
+        self.feed.close()

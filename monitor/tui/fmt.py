@@ -1,0 +1,226 @@
+"""Plain-text building blocks for the TUI: numbers, bars, sparklines, causes in words.
+
+Pure functions of values, no Textual: every meaning is carried by characters
+(a bar's length and its printed percentage, a label), so the screen reads the
+same without colour (NO_COLOR) and the functions are easy to test.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DASH = "-"
+_PARTIAL = " ▏▎▍▌▋▊▉"
+_SPARK = "▁▂▃▄▅▆▇█"
+TRACK = "·"
+
+# What each cause means, in a few words a newcomer understands (headline, short label).
+CAUSE_WORDS: dict[str, tuple[str, str]] = {
+    "idle": ("Idle: no requests, nothing to do", "idle"),
+    "starved": ("Starved: the engine has free slots but too little load arrives", "starved"),
+    "seq-cap": ("Scheduler cap (sequences): requests queue at max_num_seqs", "seq cap"),
+    "kv-cap": ("Scheduler cap (KV cache): requests queue because KV memory is full", "KV cap"),
+    "token-cap": (
+        "Scheduler cap (token budget): steps are pinned at the token budget",
+        "token cap",
+    ),
+    "cpu-bound": ("CPU in the path: the GPU waits for the engine's CPU loop", "CPU-bound"),
+    "launch-bound": (
+        "Launch-bound: kernels run, but each uses a sliver of the GPU",
+        "launch-bound",
+    ),
+    "compute-bound": ("Saturated, compute-bound: tensor cores are busy", "compute-bound"),
+    "memory-bound": ("Saturated, memory-bound: memory bandwidth is the limit", "memory-bound"),
+    "comm-bound": ("Communication-bound: GPUs wait on each other", "comm-bound"),
+    "client-limited": ("Client-limited: the load generator cannot keep up", "client-limited"),
+    "unknown": ("No clear cause yet", "unknown"),
+}
+
+
+def cause_headline(cause: str) -> str:
+    return CAUSE_WORDS.get(cause, (cause, cause))[0]
+
+
+def cause_label(cause: str) -> str:
+    return CAUSE_WORDS.get(cause, (cause, cause))[1]
+
+
+def pct(v: float | None, width: int = 4) -> str:
+    """A 0-1 ratio as a percentage; a dash when unknown (never a fake 0)."""
+    if v is None:
+        return DASH.rjust(width)
+    return f"{100 * v:.0f}%".rjust(width)
+
+
+def num(v: float | None, spec: str = ".3g", unit: str = "") -> str:
+    if v is None:
+        return DASH
+    return f"{v:{spec}}{unit}"
+
+
+def si(v: float | None, unit: str = "", spec: str = ".3g") -> str:
+    """1234567 -> '1.23M' (decimal prefixes, for rates and FLOP/s)."""
+    if v is None:
+        return DASH
+    if not math.isfinite(v):
+        return "inf" + unit
+    mag = abs(v)
+    # A unit gets a space before it ("9.3 TFLOP/s"); a bare count does not ("1.2k").
+    sep = " " if unit else ""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if mag >= factor:
+            return f"{v / factor:{spec}}{sep}{prefix}{unit}"
+    return f"{v:{spec}}{sep}{unit}"
+
+
+def seconds(v: float | None) -> str:
+    """A latency: ms below a second, s above."""
+    if v is None:
+        return DASH
+    if v < 1.0:
+        return f"{1000 * v:.3g} ms"
+    return f"{v:.3g} s"
+
+
+def duration(v: float | None) -> str:
+    """How long something has lasted: '42 s', '3 min 5 s', '1 h 02 min'."""
+    if v is None or v < 0:
+        return DASH
+    s = int(v)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+def gib(v: float | None) -> str:
+    return DASH if v is None else f"{v / 2**30:.1f}"
+
+
+def clock(wall: float | None) -> str:
+    return DASH if wall is None else time.strftime("%H:%M:%S", time.localtime(wall))
+
+
+def bar(ratio: float | None, width: int) -> str:
+    """A horizontal bar of ``width`` cells for a 0-1 ratio, in eighths; an unknown ratio is blank."""
+    if width <= 0:
+        return ""
+    if ratio is None:
+        return " " * width
+    r = min(1.0, max(0.0, ratio))
+    eighths = round(r * width * 8)
+    full, part = divmod(eighths, 8)
+    s = "█" * full
+    if part and full < width:
+        s += _PARTIAL[part]
+    return s + TRACK * (width - len(s))
+
+
+def sparkline(values: Sequence[float | None], width: int, top: float | None = 1.0) -> str:
+    """The last ``width`` values as block characters, scaled to [0, top] (top None: the max seen).
+
+    Ratios keep a fixed 0-1 scale so two sparklines side by side compare honestly.
+    An unknown value is a blank cell.
+    """
+    if width <= 0:
+        return ""
+    vals = list(values)[-width:]
+    scale = top
+    if scale is None:
+        present = [v for v in vals if v is not None]
+        scale = max(present) if present else 0.0
+    out = []
+    for v in vals:
+        if v is None:
+            out.append(" ")
+        elif scale <= 0:
+            out.append(_SPARK[0])
+        else:
+            idx = int(min(1.0, max(0.0, v / scale)) * (len(_SPARK) - 1) + 0.5)
+            out.append(_SPARK[idx])
+    return "".join(out).rjust(width)
+
+
+def series(history: Sequence[Mapping[str, Any]], pick: Any) -> list[float | None]:
+    """One figure over a history of reports: ``pick(report)`` may return None or raise KeyError."""
+    out: list[float | None] = []
+    for rep in history:
+        try:
+            v = pick(rep)
+        except (KeyError, IndexError, TypeError):
+            v = None
+        out.append(float(v) if isinstance(v, (int, float)) else None)
+    return out
+
+
+def scope_words(scope: str) -> str:
+    """'engine:model/0@http://h:8000/metrics' -> 'engine model/0'; 'gpu:1' -> 'GPU 1'."""
+    if scope.startswith("gpu:"):
+        return "GPU " + scope[4:]
+    if scope.startswith("engine:"):
+        return "engine " + scope[7:].split("@", 1)[0]
+    return scope
+
+
+def evidence_words(e: Mapping[str, Any]) -> str:
+    v = e.get("value")
+    unit = e.get("unit") or ""
+    if unit == "ratio" and isinstance(v, (int, float)):
+        val = pct(v, 0)
+        thr = e.get("threshold")
+        thr_s = pct(thr, 0) if isinstance(thr, (int, float)) else None
+        unit = ""
+    else:
+        val = DASH if v is None else f"{v:.3g}"
+        thr = e.get("threshold")
+        thr_s = f"{thr:.3g}" if isinstance(thr, (int, float)) else None
+    name = str(e.get("name", "?")).replace("_", " ")
+    tail = f" {unit}" if unit else ""
+    if thr_s is None or not e.get("op"):
+        return f"{name} {val}{tail}"
+    return f"{name} {val} {e['op']} {thr_s}{tail}"
+
+
+def clip(s: str, width: int) -> str:
+    """Cut a line to ``width`` cells, marking the cut."""
+    if width <= 1 or len(s) <= width:
+        return s
+    return s[: width - 1] + "…"
+
+
+def short_url(url: str) -> str:
+    for prefix in ("http://", "https://"):
+        if url.startswith(prefix):
+            url = url[len(prefix) :]
+    if url.endswith("/metrics"):
+        url = url[: -len("/metrics")]
+    return url
+
+
+def engine_key(e: Mapping[str, Any]) -> str:
+    return f"{e.get('url', '')}#{e.get('model_name', '')}/{e.get('engine', '')}"
+
+
+def placement(intensity: float | None, ridge: float | None, width: int) -> str:
+    """Where a kernel mix sits between the memory and the compute roof, on a log scale.
+
+    ``|`` marks the ridge point, ``●`` the engine; left of the ridge the memory
+    bandwidth limits, right of it the compute.
+    """
+    if width < 5:
+        return ""
+    if not intensity or not ridge or intensity <= 0 or ridge <= 0:
+        return TRACK * width
+    # Two decades either side of the ridge fill the line.
+    span = 2.0
+    pos = (math.log10(intensity / ridge) + span) / (2 * span)
+    cells = [TRACK] * width
+    ridge_at = width // 2
+    cells[ridge_at] = "|"
+    at = int(min(1.0, max(0.0, pos)) * (width - 1) + 0.5)
+    cells[at] = "●"
+    return "".join(cells)

@@ -1,0 +1,531 @@
+"""Screens: the main overview, a detail screen per GPU and per engine, the sweep view and help."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.css.query import NoMatches
+from textual.screen import ModalScreen, Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Static
+
+from monitor.tui import fmt
+from monitor.tui.sweep import SweepState, chart, load_of
+from monitor.tui.view import GPU_SOURCES, View
+from monitor.tui.widgets import (
+    DiagnosisPanel,
+    EnginePanel,
+    GpuPanel,
+    HostPanel,
+    LittlePanel,
+    NotesPanel,
+    Panel,
+    SectionNotice,
+    gpu_facts,
+    littles_lines,
+)
+from monitor.tui.widgets import (
+    meter as _meter,
+)
+
+ENGINE_SOURCES_ALL = ("vllm", "engine", "sglang", "tgi")
+WIDE = 150
+
+
+class StatusBar(Static):
+    """One line on top: where data comes from, how often, and whether paused or recording."""
+
+
+class DataScreen(Screen):
+    """A screen that redraws from the app's View."""
+
+    def update_view(self, view: View) -> None:  # pragma: no cover - overridden
+        pass
+
+    def status_text(self) -> str:
+        return self.app.status_line()  # type: ignore[attr-defined]
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.redraw)
+
+    def on_screen_resume(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        try:
+            self.update_view(self.app.view)  # type: ignore[attr-defined]
+        except NoMatches:
+            pass  # not composed yet: on_mount draws it
+
+
+class MainScreen(DataScreen):
+    BINDINGS = [
+        Binding("enter", "detail", "Detail"),
+        Binding("g", "gpu_detail", "GPU", show=False),
+        Binding("e", "engine_detail", "Engine", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        with VerticalScroll(id="body"):
+            yield DiagnosisPanel(id="diagnosis")
+            with Vertical(id="hw"):
+                with Vertical(id="gpus"):
+                    yield SectionNotice(GPU_SOURCES, "no GPU read", id="gpu-notice")
+                with Vertical(id="engines"):
+                    yield SectionNotice(ENGINE_SOURCES_ALL, "no engine read", id="engine-notice")
+            yield LittlePanel(id="little")
+            yield HostPanel(id="host")
+            yield NotesPanel(id="notes")
+        yield Footer()
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width >= WIDE, "-wide")
+
+    def update_view(self, view: View) -> None:
+        self.query_one(StatusBar).update(self.status_text())
+        self._sync_gpus(view)
+        self._sync_engines(view)
+        for w in self.query("Panel, SectionNotice, NotesPanel"):
+            w.update_view(view)  # type: ignore[attr-defined]
+
+    def _sync_gpus(self, view: View) -> None:
+        box = self.query_one("#gpus", Vertical)
+        have = {p.index: p for p in box.query(GpuPanel)}
+        want = [g["index"] for g in view.gpus()]
+        for idx, panel in have.items():
+            if idx not in want:
+                panel.remove()
+        new = [GpuPanel(i) for i in want if i not in have]
+        if new:
+            box.mount_all(new)
+
+    def _sync_engines(self, view: View) -> None:
+        box = self.query_one("#engines", Vertical)
+        have = {p.key: p for p in box.query(EnginePanel)}
+        want = [fmt.engine_key(e) for e in view.engines()]
+        for key, panel in have.items():
+            if key not in want:
+                panel.remove()
+        new = [
+            EnginePanel(k, f"engine-{len(have) + i}") for i, k in enumerate(want) if k not in have
+        ]
+        if new:
+            box.mount_all(new)
+
+    def action_detail(self) -> None:
+        focused = self.focused
+        if isinstance(focused, GpuPanel):
+            self.app.push_screen(GpuDetailScreen(focused.index))
+        elif isinstance(focused, EnginePanel):
+            self.app.push_screen(EngineDetailScreen(focused.key))
+        elif isinstance(focused, (DiagnosisPanel, LittlePanel, HostPanel)) or focused is None:
+            self.action_engine_detail() if self.app.view.engines() else self.action_gpu_detail()  # type: ignore[attr-defined]
+
+    def action_gpu_detail(self) -> None:
+        gpus = self.app.view.gpus()  # type: ignore[attr-defined]
+        if gpus:
+            self.app.push_screen(GpuDetailScreen(gpus[0]["index"]))
+        else:
+            self.notify("No GPU to show", severity="warning")
+
+    def action_engine_detail(self) -> None:
+        engines = self.app.view.engines()  # type: ignore[attr-defined]
+        if engines:
+            self.app.push_screen(EngineDetailScreen(fmt.engine_key(engines[0])))
+        else:
+            self.notify("No engine to show", severity="warning")
+
+
+class DetailBody(Widget):
+    DEFAULT_CSS = "DetailBody { height: auto; }"
+
+    def __init__(self) -> None:
+        super().__init__(id="detail")
+        self.text = Text()
+
+    def set_text(self, text: Text) -> None:
+        self.text = text
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        return self.text
+
+
+class DetailScreen(DataScreen):
+    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Back")]
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        with VerticalScroll(id="detail-scroll"):
+            yield DetailBody()
+        yield Footer()
+
+    def update_view(self, view: View) -> None:
+        self.query_one(StatusBar).update(self.status_text())
+        body = self.query_one(DetailBody)
+        width = max(40, (body.content_size.width or self.size.width - 4))
+        body.set_text(self.draw(view, width))
+
+    def draw(self, view: View, width: int) -> Text:  # pragma: no cover - overridden
+        return Text()
+
+
+DETAIL_LABEL_W = 11
+
+
+def meter(text: Text, label: str, ratio: float | None, width: int, *args: Any, **kw: Any) -> None:
+    _meter(text, label, ratio, width, *args, label_w=DETAIL_LABEL_W, **kw)
+
+
+def _row(text: Text, label: str, value: str) -> None:
+    text.append(f"{label:<25} ", style="bold")
+    text.append(value + "\n")
+
+
+def verdict_words(text: Text, v: Mapping[str, Any]) -> None:
+    """A verdict in full: headline, summary, every piece of evidence, the fix."""
+    text.append(f"\n{fmt.cause_headline(v['cause'])}", style="bold")
+    text.append(f" (confidence {fmt.pct(v.get('confidence'), 0).strip()})\n")
+    text.append(f"{v.get('summary', '')}\n")
+    for e in v.get("evidence", ()):
+        text.append(f"  - {fmt.evidence_words(e)}\n")
+    text.append("fix: ", style="bold")
+    text.append(f"{v.get('fix', '')}\n")
+
+
+class GpuDetailScreen(DetailScreen):
+    def __init__(self, index: int) -> None:
+        super().__init__(name=f"gpu-{index}")
+        self.index = index
+
+    def draw(self, view: View, width: int) -> Text:
+        text = Text()
+        g = view.gpu(self.index)
+        text.append(f"GPU {self.index}", style="bold reverse")
+        if g is None:
+            text.append("  not in the latest reading\n")
+            return text
+        text.append(f"  {g.get('name')} · {g.get('source')} · {g.get('uuid')}\n\n")
+        s = view.gpu_series
+        util, sm = g.get("util"), g.get("sm_active")
+        meter(text, "duty", util, width, s(self.index, "util"))
+        meter(text, "SM act", sm, width, s(self.index, "sm_active"))
+        if util is not None and sm is not None:
+            text.append(
+                f"{'':<{DETAIL_LABEL_W}}duty - SM active: {100 * (util - sm):.0f} points"
+                " (a large gap: tiny kernels, launch-bound)\n",
+                style="dim",
+            )
+        for label, key in (
+            ("occup", "sm_occupancy"),
+            ("tensor", "tensor_active"),
+            ("DRAM", "dram_active"),
+            ("fp16", "fp16_active"),
+            ("fp32", "fp32_active"),
+            ("mem duty", "mem_util"),
+        ):
+            meter(text, label, g.get(key), width, s(self.index, key))
+        limit = g.get("power_limit_watts")
+        power = g.get("power_watts")
+        meter(
+            text,
+            "power",
+            power / limit if power is not None and limit else None,
+            width,
+            [p / limit if p is not None and limit else None for p in s(self.index, "power_watts")],
+            value=f"{fmt.num(power, '.0f')} W",
+        )
+        cmax = g.get("sm_clock_max_hz")
+        clk = g.get("sm_clock_hz")
+        meter(
+            text,
+            "clock",
+            clk / cmax if clk is not None and cmax else None,
+            width,
+            [c / cmax if c is not None and cmax else None for c in s(self.index, "sm_clock_hz")],
+            value=f"{fmt.num(clk and clk / 1e6, '.0f')} MHz",
+        )
+        text.append("\n")
+        text.append(gpu_facts(g) + "\n")
+        _row(
+            text,
+            "PCIe tx / rx",
+            f"{fmt.si(g.get('pcie_tx_bytes_per_s'), 'B/s')} / {fmt.si(g.get('pcie_rx_bytes_per_s'), 'B/s')}",
+        )
+        _row(
+            text,
+            "NVLink tx / rx",
+            f"{fmt.si(g.get('nvlink_tx_bytes_per_s'), 'B/s')} / {fmt.si(g.get('nvlink_rx_bytes_per_s'), 'B/s')}",
+        )
+        _row(
+            text, "throttle reasons", ", ".join(g.get("throttle_reasons") or ()) or "none reported"
+        )
+        if g.get("mig_parent") is not None:
+            _row(text, "MIG instance of GPU", str(g["mig_parent"]))
+        for k, v in (g.get("labels") or {}).items():
+            _row(text, k, str(v))
+        verdicts = [
+            v
+            for v in (view.report or {}).get("verdicts", ())
+            if v.get("scope") == f"gpu:{self.index}"
+        ]
+        for v in verdicts:
+            verdict_words(text, v)
+        return text
+
+
+class EngineDetailScreen(DetailScreen):
+    def __init__(self, key: str) -> None:
+        super().__init__(name="engine")
+        self.key = key
+
+    def draw(self, view: View, width: int) -> Text:
+        text = Text()
+        e = view.engine(self.key)
+        text.append("Engine", style="bold reverse")
+        if e is None:
+            text.append("  not in the latest reading\n")
+            return text
+        text.append(f"  {e.get('model_name')} · engine {e.get('engine')} · {e.get('url')}\n\n")
+        s = view.engine_series
+        a = e.get("analysis") or {}
+        cap = a.get("seq_cap")
+        top = max([v for v in s(self.key, "running") if v is not None] + [cap or 0, 1.0])
+        wtop = max([v for v in s(self.key, "waiting") if v is not None] + [1.0])
+
+        def rel(vals: list[float | None], t: float) -> list[float | None]:
+            return [None if v is None else v / t for v in vals]
+
+        run = e.get("running")
+        meter(
+            text,
+            "running",
+            None if run is None else run / top,
+            width,
+            rel(s(self.key, "running"), top),
+            value=fmt.num(run, ".1f"),
+            style="cyan",
+        )
+        wait = e.get("waiting")
+        meter(
+            text,
+            "waiting",
+            None if wait is None else wait / wtop,
+            width,
+            rel(s(self.key, "waiting"), wtop),
+            value=fmt.num(wait, ".1f"),
+            style="magenta",
+        )
+        meter(text, "KV", e.get("kv_cache_usage"), width, s(self.key, "kv_cache_usage"))
+        gen = s(self.key, "generation_tokens_per_s")
+        gtop = max([v for v in gen if v is not None] + [1.0])
+        g_now = e.get("generation_tokens_per_s")
+        meter(
+            text,
+            "gen tok/s",
+            None if g_now is None else g_now / gtop,
+            width,
+            rel(gen, gtop),
+            value=fmt.si(g_now),
+            style="green",
+        )
+        ttft = s(self.key, "ttft_p95_s")
+        ttop = max([v for v in ttft if v is not None] + [1e-3])
+        t_now = e.get("ttft_p95_s")
+        meter(
+            text,
+            "TTFT p95",
+            None if t_now is None else t_now / ttop,
+            width,
+            rel(ttft, ttop),
+            value=fmt.seconds(t_now),
+            style="yellow",
+        )
+        text.append("\n")
+        _row(
+            text,
+            "running (mean/max)",
+            f"{fmt.num(e.get('running'), '.1f')} / {fmt.num(e.get('running_max'), '.0f')}",
+        )
+        _row(
+            text,
+            "waiting (mean/max)",
+            f"{fmt.num(e.get('waiting'), '.1f')} / {fmt.num(e.get('waiting_max'), '.0f')}",
+        )
+        _row(
+            text,
+            "waiting by reason",
+            f"capacity {fmt.num(e.get('waiting_capacity'), '.1f')} · deferred {fmt.num(e.get('waiting_deferred'), '.1f')}",
+        )
+        _row(
+            text,
+            "KV cache (mean/max)",
+            f"{fmt.pct(e.get('kv_cache_usage'), 0)} / {fmt.pct(e.get('kv_cache_usage_max'), 0)}",
+        )
+        _row(text, "preemptions", f"{fmt.num(e.get('preemptions_per_s'), '.3g')}/s")
+        _row(
+            text,
+            "requests",
+            f"{fmt.num(e.get('requests_per_s'), '.3g')}/s · rejected {fmt.num(e.get('admission_rejections_per_s'), '.3g')}/s",
+        )
+        _row(
+            text,
+            "tokens",
+            f"gen {fmt.si(e.get('generation_tokens_per_s'))}/s · prompt {fmt.si(e.get('prompt_tokens_per_s'))}/s · {fmt.num(e.get('iteration_tokens_mean'), '.4g')} per step",
+        )
+        _row(
+            text,
+            "TTFT p50 / p95",
+            f"{fmt.seconds(e.get('ttft_p50_s'))} / {fmt.seconds(e.get('ttft_p95_s'))}",
+        )
+        _row(
+            text,
+            "ITL p50 / p95",
+            f"{fmt.seconds(e.get('itl_p50_s'))} / {fmt.seconds(e.get('itl_p95_s'))}",
+        )
+        _row(
+            text,
+            "e2e mean / p50 / p95",
+            f"{fmt.seconds(e.get('e2e_mean_s'))} / {fmt.seconds(e.get('e2e_p50_s'))} / {fmt.seconds(e.get('e2e_p95_s'))}",
+        )
+        _row(
+            text,
+            "queue / prefill / decode",
+            f"{fmt.seconds(e.get('queue_mean_s'))} / {fmt.seconds(e.get('prefill_mean_s'))} / {fmt.seconds(e.get('decode_mean_s'))} (means)",
+        )
+        cc = e.get("cache_config") or {}
+        if cc:
+            _row(text, "cache config", ", ".join(f"{k}={v}" for k, v in sorted(cc.items())))
+        text.append("\n")
+        text.append_text(littles_lines(e, width))
+        scope_prefix = f"engine:{e.get('model_name')}/{e.get('engine')}@"
+        for v in (view.report or {}).get("verdicts", ()):
+            if str(v.get("scope", "")).startswith(scope_prefix):
+                verdict_words(text, v)
+        return text
+
+
+class SweepScreen(DataScreen):
+    """Steps so far, throughput and latency against load, and the saturation point once found."""
+
+    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Back")]
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        with VerticalScroll(id="detail-scroll"):
+            yield DetailBody()
+        yield Footer()
+
+    def update_view(self, view: View) -> None:
+        self.query_one(StatusBar).update(self.status_text())
+        body = self.query_one(DetailBody)
+        width = max(40, (body.content_size.width or self.size.width - 4))
+        body.set_text(draw_sweep(self.app.sweep_state, width))  # type: ignore[attr-defined]
+
+
+def draw_sweep(state: SweepState | None, width: int) -> Text:
+    text = Text()
+    text.append("Sweep", style="bold reverse")
+    if state is None:
+        text.append(
+            "  none followed: run `headroom sweep ... --out DIR` and start watch with --sweep DIR"
+            " (in the demo, W starts one)\n"
+        )
+        return text
+    text.append(f"  {state.path}")
+    if state.stopped:
+        text.append(f" · {state.stopped}")
+    text.append("\n")
+    if state.error and not state.steps:
+        text.append(f"{state.error}\n", style="dim")
+        return text
+    sat: Mapping[str, Any] | None = state.saturation
+    mark = None
+    if sat and sat.get("reached"):
+        mark = sat.get("concurrency") if sat.get("concurrency") is not None else sat.get("rate")
+        text.append("saturation: ", style="bold")
+        text.append(
+            f"at {fmt.num(mark, 'g')} ({fmt.si(sat.get('output_tokens_per_s'))} tok/s, "
+            f"{fmt.num(sat.get('requests_per_s'), '.3g')} req/s), cause {sat.get('cause') or '-'}"
+            f" · {sat.get('reason', '')}\n"
+        )
+    elif sat:
+        text.append(f"saturation: not reached · {sat.get('reason', '')}\n", style="bold")
+    else:
+        text.append("saturation: not found yet\n", style="dim")
+    text.append("\n")
+    hdr = f"{'step':>4} {'load':>7} {'req/s':>8} {'tok/s':>8} {'TTFT p95':>9} {'e2e p50':>9} {'R':>6} {'Q':>6}  verdict"
+    text.append(hdr + "\n", style="bold")
+    for s in state.steps:
+        flag = "" if s.get("valid", True) else f"  INVALID: {s.get('invalid_reason')}"
+        row = (
+            f"{s.get('index', 0):>4} {fmt.num(load_of(s), 'g'):>7} {fmt.num(s.get('requests_per_s'), '.3g'):>8} "
+            f"{fmt.si(s.get('output_tokens_per_s')):>8} {fmt.seconds(s.get('ttft_p95_s')):>9} "
+            f"{fmt.seconds(s.get('e2e_p50_s')):>9} {fmt.num(s.get('running_mean'), '.1f'):>6} "
+            f"{fmt.num(s.get('waiting_mean'), '.1f'):>6}  {s.get('verdict') or '-'}{flag}"
+        )
+        text.append(fmt.clip(row, width) + "\n")
+    chart_w = max(10, width - 12)
+    if state.steps:
+        text.append("\nthroughput (output tok/s) vs load\n", style="bold")
+        for line in chart(state.steps, "output_tokens_per_s", chart_w, 6, mark):
+            text.append(line + "\n")
+        text.append("\nlatency (e2e p50, s) vs load\n", style="bold")
+        for line in chart(state.steps, "e2e_p50_s", chart_w, 6, mark):
+            text.append(line + "\n")
+    return text
+
+
+HELP = [
+    ("q", "quit"),
+    ("p / space", "pause or resume the display (a replay stops advancing)"),
+    ("tab / shift+tab", "move between panels"),
+    ("enter", "detail of the focused GPU or engine panel"),
+    ("g / e", "detail of the first GPU / engine"),
+    ("escape", "back to the main screen"),
+    ("+ / -", "faster / slower: the sampling interval, or a replay's speed"),
+    ("r", "start or stop recording to JSONL (replay: headroom watch --replay FILE)"),
+    ("w", "sweep view (steps, throughput and latency vs load, saturation)"),
+    ("W", "demo: start or stop a sweep against the simulator"),
+    ("s / 1-9", "demo: next scenario / pick a scenario"),
+    ("?", "this help"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        text = Text()
+        text.append("headroom keys\n\n", style="bold")
+        for key, what in HELP:
+            text.append(f"{key:<17}", style="bold")
+            text.append(what + "\n")
+        text.append(
+            "\nThe diagnosis names one cause with its evidence and the first fix to try.\n"
+            "duty = NVML utilization (any kernel running); SM act = share of SMs busy:\n"
+            "a large gap between the two means tiny kernels (launch-bound).\n"
+            "A dash is a figure the source does not provide, never a zero.\n"
+        )
+        text.append("\nescape or ? closes this help", style="dim")
+        yield Static(text, id="help")
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+__all__ = [
+    "DataScreen",
+    "EngineDetailScreen",
+    "GpuDetailScreen",
+    "HelpScreen",
+    "MainScreen",
+    "Panel",
+    "SweepScreen",
+]

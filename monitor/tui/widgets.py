@@ -1,0 +1,446 @@
+"""The panels of the main screen. Each draws one part of the latest View as text.
+
+Panels hold no data of their own beyond the View the app hands them; they
+never read a source. Text carries the meaning (labels, percentages, words),
+colour only underlines it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.geometry import Size
+from textual.widget import Widget
+
+from monitor.tui import fmt
+from monitor.tui.view import ENGINE_SOURCES, GPU_SOURCES, HOST_SOURCES, View
+
+Report = Mapping[str, Any]
+
+LABEL_W = 8
+# A duty cycle this far above SM active means kernels run but each uses little of the GPU.
+GAP_NOTICE = 0.25
+
+
+def level_style(ratio: float | None) -> str:
+    if ratio is None:
+        return "dim"
+    if ratio >= 0.8:
+        return "green"
+    if ratio >= 0.4:
+        return "yellow"
+    return "red"
+
+
+def meter(
+    text: Text,
+    label: str,
+    ratio: float | None,
+    width: int,
+    history: Sequence[float | None] = (),
+    value: str | None = None,
+    style: str | None = None,
+    spark_top: float | None = 1.0,
+    label_w: int = LABEL_W,
+) -> None:
+    """One labelled bar: ``label  █████····  42%  ▁▂▃▅`` (the sparkline only when there is room)."""
+    spark_w = 0 if width < 56 else min(30, max(8, width // 4))
+    val = value if value is not None else fmt.pct(ratio)
+    val_w = max(5, len(val) + 1)
+    bar_w = max(4, width - label_w - val_w - (spark_w + 1 if spark_w else 0))
+    text.append(f"{label:<{label_w}}", style="bold")
+    text.append(fmt.bar(ratio, bar_w), style=style or level_style(ratio))
+    text.append(val.rjust(val_w))
+    if spark_w:
+        text.append(" ")
+        text.append(fmt.sparkline(history, spark_w, spark_top), style="cyan")
+    text.append("\n")
+
+
+class Panel(Widget, can_focus=True):
+    """A bordered, focusable block of text that redraws from the app's View."""
+
+    DEFAULT_CSS = """
+    Panel { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.view = View()
+
+    def update_view(self, view: View) -> None:
+        self.view = view
+        self.refresh(layout=True)
+
+    @property
+    def width(self) -> int:
+        return max(20, self.content_size.width or 76)
+
+    def render(self) -> Text:
+        text = self.draw(self.width)
+        text.rstrip()
+        return text
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # Measure at the width we will be given, so bars sized to it do not wrap.
+        text = self.draw(max(20, width))
+        text.rstrip()
+        return len(text.wrap(self.app.console, max(1, width)))
+
+    def draw(self, width: int) -> Text:  # pragma: no cover - every panel overrides it
+        return Text()
+
+
+def source_errors(text: Text, errors: Sequence[Report]) -> None:
+    for err in errors:
+        text.append("! ", style="bold red")
+        text.append(f"{err.get('source')} {fmt.short_url(str(err.get('target', '')))}: ")
+        text.append(f"{err.get('message')}\n", style="red")
+
+
+class DiagnosisPanel(Panel):
+    """The verdicts in words: cause, confidence, since when, evidence and the first fix."""
+
+    def on_mount(self) -> None:
+        self.border_title = "Diagnosis"
+
+    def draw(self, width: int) -> Text:
+        text = Text()
+        rep = self.view.report
+        if rep is None:
+            text.append("Waiting for the first reading...", style="dim")
+            if self.view.feed_error:
+                text.append("\n")
+                source_errors(text, [{"source": "feed", "message": self.view.feed_error}])
+            return text
+        # The diagnosis already orders verdicts (stable causes first): keep its order.
+        verdicts = list(rep.get("verdicts", ()))
+        if not verdicts:
+            text.append("No verdict yet: ", style="bold")
+            text.append(f"collecting data ({rep.get('samples', 0)} samples so far).")
+            return text
+        top = verdicts[0]
+        now = rep.get("time")
+        since = top.get("since")
+        lasted = fmt.duration(now - since) if isinstance(now, float | int) and since else None
+        conf = top.get("confidence") or 0.0
+        text.append(f"{fmt.cause_label(top['cause']).upper()}", style="bold reverse")
+        text.append(f"  {fmt.scope_words(top['scope'])} · confidence {fmt.pct(conf, 0)}")
+        if lasted:
+            text.append(f" · for {lasted}")
+        text.append("\n")
+        text.append(fmt.cause_headline(top["cause"]) + "\n", style="bold")
+        if top.get("summary"):
+            text.append(f"{top['summary']}\n")
+        # The numbers held against a threshold decided it; the rest is context (detail screens).
+        deciding = [e for e in top.get("evidence", ()) if e.get("op")] or list(
+            top.get("evidence", ())
+        )
+        ev = [fmt.evidence_words(e) for e in deciding[:4]]
+        if ev:
+            text.append("evidence: ", style="bold")
+            text.append(" · ".join(ev) + "\n")
+        if top.get("fix"):
+            text.append("fix: ", style="bold green")
+            text.append(f"{top['fix']}\n")
+        if top.get("missing"):
+            text.append(f"(less sure: no {', '.join(top['missing'])})\n", style="dim")
+        for v in verdicts[1:]:
+            # One line each: the lead verdict keeps the room; the detail screens say the rest.
+            line = (
+                f"{fmt.cause_label(v['cause'])} on {fmt.scope_words(v['scope'])} "
+                f"({fmt.pct(v.get('confidence'), 0).strip()})"
+            )
+            if v.get("summary"):
+                line += f": {v['summary']}"
+            text.append("also: ", style="bold")
+            text.append(fmt.clip(line, width - 6) + "\n")
+        return text
+
+
+class GpuPanel(Panel):
+    """One GPU: duty cycle right above SM active, so the gap between them shows at a glance."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(id=f"gpu-{index}", classes="gpu")
+        self.index = index
+
+    def draw(self, width: int) -> Text:
+        text = Text()
+        g = self.view.gpu(self.index)
+        if g is None:
+            text.append("no reading on this tick", style="dim")
+            return text
+        self.border_title = f"GPU {g['index']} · {g.get('name', '')} · {g.get('source', '')}"
+        util, sm = g.get("util"), g.get("sm_active")
+        gap = util - sm if util is not None and sm is not None else None
+        self.border_subtitle = (
+            f"duty - SM active gap {100 * gap:.0f} pts"
+            if gap is not None and gap >= GAP_NOTICE
+            else ""
+        )
+        s = self.view.gpu_series
+        meter(text, "duty", util, width, s(self.index, "util"))
+        meter(text, "SM act", sm, width, s(self.index, "sm_active"))
+        meter(text, "occup", g.get("sm_occupancy"), width, s(self.index, "sm_occupancy"))
+        meter(text, "tensor", g.get("tensor_active"), width, s(self.index, "tensor_active"))
+        meter(text, "DRAM", g.get("dram_active"), width, s(self.index, "dram_active"))
+        text.append(gpu_facts(g) + "\n")
+        return text
+
+
+def gpu_facts(g: Report) -> str:
+    power = f"power {fmt.num(g.get('power_watts'), '.0f')}"
+    if g.get("power_limit_watts"):
+        power += f"/{g['power_limit_watts']:.0f}"
+    clock_v, clock_max = g.get("sm_clock_hz"), g.get("sm_clock_max_hz")
+    clock = f"clock {fmt.num(clock_v and clock_v / 1e6, '.0f')}"
+    if clock_max:
+        clock += f"/{clock_max / 1e6:.0f}"
+    mem = f"mem {fmt.gib(g.get('memory_used_bytes'))}/{fmt.gib(g.get('memory_total_bytes'))} GiB"
+    parts = [power + " W", clock + " MHz", mem]
+    if g.get("temperature_c") is not None:
+        parts.append(f"{g['temperature_c']:.0f} C")
+    if g.get("throttle_reasons"):
+        parts.append("throttle: " + ",".join(g["throttle_reasons"]))
+    return " · ".join(parts)
+
+
+class EnginePanel(Panel):
+    """One engine: slots in use against the cap, the queue by reason, KV, throughput and latency."""
+
+    def __init__(self, key: str, dom_id: str) -> None:
+        super().__init__(id=dom_id, classes="engine")
+        self.key = key
+
+    def draw(self, width: int) -> Text:
+        text = Text()
+        e = self.view.engine(self.key)
+        if e is None:
+            text.append("no reading on this tick", style="dim")
+            return text
+        self.border_title = f"{e.get('model_name', '?')} · engine {e.get('engine', '?')} · {fmt.short_url(e.get('url', ''))}"
+        a = e.get("analysis") or {}
+        s = self.view.engine_series
+        running = e.get("running")
+        cap = a.get("seq_cap")
+        cap_ratio = running / cap if running is not None and cap else None
+        cap_txt = f"{fmt.num(running, '.0f')}/{cap:.0f}" if cap else f"{fmt.num(running, '.1f')}"
+        meter(
+            text,
+            "running",
+            cap_ratio,
+            width,
+            s(self.key, "running"),
+            value=cap_txt,
+            style="cyan",
+            spark_top=cap or None,
+        )
+        wait = e.get("waiting")
+        meter(
+            text,
+            "waiting",
+            None if wait is None else min(1.0, wait / max(1.0, cap or 64.0)),
+            width,
+            s(self.key, "waiting"),
+            value=fmt.num(wait, ".0f"),
+            style="magenta",
+            spark_top=None,
+        )
+        kv = e.get("kv_cache_usage")
+        meter(text, "KV", kv, width, s(self.key, "kv_cache_usage"), style=_kv_style(kv))
+        cap_note = "unknown" if not cap else f"{cap:.0f}" + _cap_how(a)
+        text.append(
+            f"seq cap {cap_note} · queue: capacity {fmt.num(e.get('waiting_capacity'), '.0f')}, "
+            f"deferred {fmt.num(e.get('waiting_deferred'), '.0f')} · "
+            f"preempt {fmt.num(e.get('preemptions_per_s'), '.2g')}/s\n"
+        )
+        text.append(
+            f"tok/s gen {fmt.si(e.get('generation_tokens_per_s'))} prompt "
+            f"{fmt.si(e.get('prompt_tokens_per_s'))} · req/s {fmt.num(e.get('requests_per_s'), '.3g')}\n"
+        )
+        text.append(
+            f"TTFT p50 {fmt.seconds(e.get('ttft_p50_s'))} p95 {fmt.seconds(e.get('ttft_p95_s'))}"
+            f" · ITL p50 {fmt.seconds(e.get('itl_p50_s'))} p95 {fmt.seconds(e.get('itl_p95_s'))}\n"
+        )
+        return text
+
+
+def _small_pct(v: float | None) -> str:
+    """MFU is often well under 1%: keep two significant digits instead of rounding to 0%."""
+    return "-" if v is None else f"{100 * v:.2g}%"
+
+
+def _cap_how(a: Report) -> str:
+    if a.get("seq_cap_assumed"):
+        return " assumed"
+    return " inferred" if a.get("seq_cap_inferred") else ""
+
+
+def _kv_style(kv: float | None) -> str:
+    if kv is None:
+        return "dim"
+    return "red" if kv >= 0.9 else "yellow" if kv >= 0.7 else "green"
+
+
+def littles_lines(e: Report, width: int) -> Text:
+    """Little's law, the rate that would fill the cap, busy fraction and the roofline, for one engine."""
+    a = e.get("analysis") or {}
+    text = Text()
+    n, x, w = (
+        a.get("littles_in_flight"),
+        a.get("littles_throughput_rps"),
+        a.get("littles_latency_s"),
+    )
+    text.append("Little   ", style="bold")
+    text.append(
+        f"in flight {fmt.num(n, '.3g')} vs {fmt.num(x, '.3g')} req/s x {fmt.seconds(w)}"
+        f" = {fmt.num(x * w if x is not None and w is not None else None, '.3g')}"
+    )
+    ok = a.get("littles_ok")
+    if ok is True:
+        text.append("  agrees", style="green")
+    elif ok is False:
+        text.append(
+            "  DISAGREE: a queue outside the engine, or a window too short to measure",
+            style="bold red",
+        )
+    text.append("\n")
+    cap, fill = a.get("seq_cap"), a.get("fill_rate_rps")
+    text.append("capacity ", style="bold")
+    if cap:
+        text.append(f"{cap:.0f} slots{_cap_how(a)}: {fmt.num(fill, '.3g')} req/s would fill them")
+        rps = e.get("requests_per_s")
+        if fill and rps is not None:
+            text.append(f" (now {rps:.3g} req/s, {fmt.pct(rps / fill, 0)})")
+    else:
+        text.append("cap unknown (give --max-num-seqs, or it is inferred once requests queue)")
+    text.append("\n")
+    text.append("GPU busy ", style="bold")
+    text.append(
+        f"{fmt.pct(a.get('busy_fraction'), 0)} of the time"
+        f" · engine thread {fmt.pct(a.get('engine_thread_cpu_ratio'), 0)} of a core\n"
+    )
+    roof = a.get("roofline") or {}
+    text.append("roofline ", style="bold")
+    if roof and roof.get("arithmetic_intensity") is not None:
+        ai, ridge = roof.get("arithmetic_intensity"), roof.get("ridge_intensity")
+        line_w = max(10, min(30, width - 50))
+        text.append("mem ")
+        text.append(fmt.placement(ai, ridge, line_w), style="cyan")
+        side = f": {roof['side']} side" if roof.get("side") else ""
+        text.append(
+            f" compute  {fmt.num(ai, '.3g')} FLOP/B vs ridge {fmt.num(ridge, '.3g')}{side}\n"
+        )
+        text.append(
+            f"{'':9}{fmt.si(roof.get('achieved_flops_per_s'), 'FLOP/s')}"
+            f" (MFU {_small_pct(roof.get('mfu'))}) · "
+            f"{fmt.si(roof.get('achieved_bytes_per_s'), 'B/s')}"
+            f" ({fmt.pct(roof.get('bandwidth_share'), 0).strip()} of peak bandwidth)"
+        )
+    else:
+        text.append(
+            "- (needs vLLM's estimated FLOP and byte counters and a known GPU)", style="dim"
+        )
+    text.append("\n")
+    return text
+
+
+class LittlePanel(Panel):
+    def on_mount(self) -> None:
+        self.border_title = "Little's law · capacity · roofline"
+
+    def draw(self, width: int) -> Text:
+        text = Text()
+        engines = self.view.engines()
+        if not engines:
+            text.append("no engine read", style="dim")
+            return text
+        for e in engines:
+            if len(engines) > 1:
+                text.append(f"{e.get('model_name')}/{e.get('engine')}\n", style="underline")
+            text.append_text(littles_lines(e, width))
+        return text
+
+
+class HostPanel(Panel):
+    def on_mount(self) -> None:
+        self.border_title = "Host"
+
+    def draw(self, width: int) -> Text:
+        text = Text()
+        h = self.view.report.get("host") if self.view.report else None
+        source_errors(text, self.view.errors_for(HOST_SOURCES))
+        if not h:
+            text.append("host not read", style="dim")
+            return text
+        meter(
+            text,
+            "CPU",
+            h.get("cpu_busy_ratio"),
+            width,
+            fmt.series(self.view.history, lambda r: (r.get("host") or {}).get("cpu_busy_ratio")),
+        )
+        bt = h.get("busiest_thread")
+        busiest = (
+            "-"
+            if not bt
+            else f"{bt['name']} (pid {bt['pid']}) {fmt.pct(bt.get('cpu_ratio'), 0)} of a core"
+        )
+        text.append(
+            f"{h.get('cpu_count')} CPUs · steal {fmt.pct(h.get('cpu_steal_ratio'), 0)} · engine "
+            f"{fmt.num(h.get('engine_cpu_cores'), '.2f')} cores · busiest thread {busiest}\n"
+        )
+        return text
+
+
+class SectionNotice(Widget):
+    """A source family's errors, in the place its panels would be (the rest keeps updating)."""
+
+    DEFAULT_CSS = "SectionNotice { height: auto; }"
+
+    def __init__(self, sources: Sequence[str], empty: str, id: str) -> None:
+        super().__init__(id=id)
+        self.sources = tuple(sources)
+        self.empty = empty
+        self.view = View()
+
+    def update_view(self, view: View) -> None:
+        self.view = view
+        self.display = bool(self.render().plain)
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        text = Text()
+        source_errors(text, self.view.errors_for(self.sources))
+        present = self.view.gpus() if self.sources == GPU_SOURCES else self.view.engines()
+        if self.view.report is not None and not present and not text:
+            text.append(self.empty, style="dim")
+        text.rstrip()
+        return text
+
+
+class NotesPanel(Widget):
+    DEFAULT_CSS = "NotesPanel { height: auto; }"
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id=id)
+        self.view = View()
+
+    def update_view(self, view: View) -> None:
+        self.view = view
+        self.display = bool(self.render().plain)
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        text = Text()
+        rep = self.view.report
+        if rep:
+            known = set(GPU_SOURCES + ENGINE_SOURCES + HOST_SOURCES)
+            source_errors(text, [e for e in rep.get("errors", ()) if e.get("source") not in known])
+            for note in rep.get("notes", ()):
+                text.append(f"note: {note}\n", style="dim")
+        text.rstrip()
+        return text

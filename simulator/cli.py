@@ -1,0 +1,114 @@
+"""Run the simulator in the foreground: shared by ``python -m simulator`` and ``headroom sim``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from simulator.config import SimConfig, apply_overrides, read_file
+from simulator.errors import SimConfigError, SimError
+from simulator.scenarios import SCENARIOS, build
+
+READY_PREFIX = "SIM_READY "
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scenario",
+        default=None,
+        help=f"preset to run (default: the config file's, else idle): {', '.join(SCENARIOS)}",
+    )
+    parser.add_argument(
+        "--listen", default="127.0.0.1:8000", help="HOST:PORT to serve on (port 0: any free one)"
+    )
+    parser.add_argument(
+        "--no-load", action="store_true", help="no built-in load: an external generator drives it"
+    )
+    parser.add_argument(
+        "--config", default=None, help="TOML or YAML file overriding the scenario's engine and load"
+    )
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise SimConfigError(f"--listen wants HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def resolve(scenario: str | None, config: str | None) -> SimConfig:
+    """The config to run: a scenario, with a file's overrides on top."""
+    data = read_file(config) if config else {}
+    name = scenario or data.get("scenario") or "idle"
+    if not isinstance(name, str):
+        raise SimConfigError(f"config {config}: scenario must be a name")
+    if not config:
+        return build(name)
+    return apply_overrides(build(name), data, f"config {config}")
+
+
+def list_scenarios() -> str:
+    width = max(len(n) for n in SCENARIOS)
+    return "\n".join(f"{name:<{width}}  {s.summary}" for name, s in SCENARIOS.items())
+
+
+async def _serve(
+    cfg: SimConfig, host: str, port: int, load: bool, announce: Callable[[str], None]
+) -> None:
+    from simulator.server import start_server
+
+    runner, engine, bound = await start_server(cfg, host, port, load)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (
+            NotImplementedError,
+            RuntimeError,
+        ):  # pragma: no cover - not the main thread / Windows
+            pass
+    shown = f"[{host}]" if ":" in host else host
+    announce(f"http://{shown}:{bound}")
+    try:
+        await stop.wait()
+    finally:
+        engine.stop()
+        await runner.cleanup()
+
+
+def serve(
+    cfg: SimConfig, host: str, port: int, load: bool, announce: Callable[[str], None]
+) -> None:
+    """Serve until SIGINT or SIGTERM; ``announce`` gets the base URL once it is listening."""
+    try:
+        asyncio.run(_serve(cfg, host, port, load, announce))
+    except OSError as exc:
+        raise SimError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulator", description="A simulated LLM serving box."
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.list:
+        print(list_scenarios())
+        return 0
+    try:
+        cfg = resolve(args.scenario, args.config)
+        host, port = parse_listen(args.listen)
+
+        def announce(url: str) -> None:
+            print(f"{READY_PREFIX}{url} {cfg.scenario}", flush=True)
+
+        serve(cfg, host, port, not args.no_load, announce)
+    except SimError as exc:
+        print(f"simulator: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,103 @@
+"""Agent settings: flags > environment > file > defaults, and one-line errors naming the origin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from monitor.config import DEFAULT_PORT, load_agent_config, load_web_config, parse_listen
+from monitor.errors import ConfigError
+
+
+def test_defaults_listen_on_loopback() -> None:
+    cfg = load_agent_config(env={})
+    assert cfg.host_port == ("127.0.0.1", DEFAULT_PORT)
+    assert (cfg.interval, cfg.window, cfg.vllm) == (1.0, 10.0, ())
+    assert cfg.stale_after_s == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".toml"])
+def test_precedence_flags_over_env_over_file(tmp_path: Path, suffix: str) -> None:
+    f = tmp_path / f"agent{suffix}"
+    if suffix == ".yaml":
+        f.write_text("interval: 2\nwindow: 20\nmax-num-seqs: 64\nvllm: [http://a:8000]\n")
+    else:
+        f.write_text('interval = 2\nwindow = 20\nmax_num_seqs = 64\nvllm = ["http://a:8000"]\n')
+    env = {"HEADROOM_WINDOW": "30", "HEADROOM_VLLM": "http://b:8000, http://c:8000"}
+    cfg = load_agent_config(f, flags={"interval": None, "max_num_seqs": 128}, env=env)
+    assert cfg.interval == 2.0  # file (the flag was not given)
+    assert cfg.window == 30.0  # environment over file
+    assert cfg.max_num_seqs == 128  # flag over file
+    assert cfg.vllm == ("http://b:8000", "http://c:8000")
+    cfg = load_agent_config(f, flags={"vllm": ["http://d:8000"]}, env=env)
+    assert cfg.vllm == ("http://d:8000",)
+
+
+def test_agent_table_in_a_shared_file(tmp_path: Path) -> None:
+    f = tmp_path / "headroom.toml"
+    f.write_text("[agent]\nlisten = '0.0.0.0:9500'\n\n[thresholds]\nutil_low = 0.4\n")
+    assert load_agent_config(f, env={}).host_port == ("0.0.0.0", 9500)
+
+
+@pytest.mark.parametrize(
+    ("file_text", "env", "flags", "message"),
+    [
+        ("interval: 0\n", {}, {}, "config {f}: interval: must be > 0"),
+        ("interval: -1\n", {"HEADROOM_INTERVAL": "abc"}, {}, "environment HEADROOM_INTERVAL: Input should be a valid number"),
+        ("", {}, {"interval": 0.0}, "--interval: must be > 0"),
+        ("intervall: 1\n", {}, {}, "config {f}: intervall: unknown setting"),
+        ("listen: localhost\n", {}, {}, "config {f}: listen: expected HOST:PORT"),
+        ("", {"HEADROOM_LISTEN": "1.2.3.4:99999"}, {}, "environment HEADROOM_LISTEN: port must be 0-65535"),
+        ("", {}, {"max_num_seqs": 0}, "--max-num-seqs: must be at least 1"),
+        ("window: 0.5\n", {}, {}, "window (0.5 s) must be at least the interval (1 s)"),
+        ("- a\n- b\n", {}, {}, "config {f}: expected a table of settings"),
+        ("interval: [\n", {}, {}, "config {f}: not valid YAML"),
+    ],
+)  # fmt: skip
+def test_bad_values_are_one_line_errors(
+    tmp_path: Path, file_text: str, env: dict[str, str], flags: dict[str, object], message: str
+) -> None:
+    f = tmp_path / "agent.yaml"
+    f.write_text(file_text)
+    with pytest.raises(ConfigError) as info:
+        load_agent_config(f, flags=flags, env=env)
+    text = str(info.value)
+    assert message.format(f=f) in text
+    assert "\n" not in text
+
+
+def test_missing_file_and_unknown_format(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_agent_config(tmp_path / "nope.yaml", env={})
+    (tmp_path / "a.ini").write_text("x=1")
+    with pytest.raises(ConfigError, match="unknown format"):
+        load_agent_config(tmp_path / "a.ini", env={})
+
+
+def test_listen_forms() -> None:
+    assert parse_listen("[::1]:9402") == ("::1", 9402)
+    assert parse_listen(":9402") == ("0.0.0.0", 9402)
+    with pytest.raises(ValueError, match="brackets"):
+        parse_listen("::1:9402")
+
+
+def test_web_config_resolves_relative_paths_and_rejects_unknown_keys(tmp_path: Path) -> None:
+    (tmp_path / "c.pem").write_text("x")
+    (tmp_path / "k.pem").write_text("x")
+    web = tmp_path / "web.yml"
+    web.write_text("tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n")
+    cfg = load_web_config(web)
+    assert cfg.tls is not None and cfg.tls.cert_file == tmp_path / "c.pem"
+    web.write_text("http_server_config:\n  http2: false\n")
+    with pytest.raises(ConfigError, match="http_server_config: not supported"):
+        load_web_config(web)
+    web.write_text("tls_server_config:\n  cert_file: c.pem\n  key_file: missing.pem\n")
+    with pytest.raises(ConfigError, match="key_file: no such file"):
+        load_web_config(web)
+    web.write_text(
+        "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n"
+    )
+    with pytest.raises(ConfigError, match="client_ca_file: required"):
+        load_web_config(web)

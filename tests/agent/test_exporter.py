@@ -1,0 +1,163 @@
+"""The collectors: names and labels, absent-not-zero, the diagnosis as 0/1, self-metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.diagnosis import CAUSES, Diagnosis, Evidence, Verdict
+from monitor.exporter import SelfStats, build_registry
+from monitor.report import engine_scope
+from monitor.samples import EngineSample, GpuSample, Snapshot, SourceError
+from monitor.window import WindowStats, compute_window
+
+URL = "http://127.0.0.1:8000/metrics"
+
+
+class View:
+    def __init__(self, window: WindowStats | None, diagnosis: Any) -> None:
+        self._w, self._d = window, diagnosis
+
+    def window(self) -> WindowStats | None:
+        return self._w
+
+    def diagnosis(self) -> Any:
+        return self._d
+
+
+def scrape(
+    view: View, stats: SelfStats | None = None
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = generate_latest(build_registry(view, stats or SelfStats(), "1.2.3", 1.0, 10.0)).decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def window() -> WindowStats:
+    snaps = []
+    for i in range(5):
+        snaps.append(
+            Snapshot(
+                t=float(i),
+                wall=1000.0 + i,
+                gpus=(
+                    GpuSample(
+                        0,
+                        "GPU-a",
+                        "NVIDIA H200",
+                        "nvml",
+                        util=0.27,
+                        sm_active=0.0004,
+                        power_watts=None,
+                        throttle_reasons=("sw_power_cap",),
+                    ),
+                    GpuSample(
+                        1,
+                        "GPU-b",
+                        "NVIDIA H200",
+                        "nvml",
+                        util=0.0,
+                        sm_active=0.0,
+                        tensor_active=0.0,
+                    ),
+                ),  # fmt: skip
+                engines=(
+                    EngineSample(
+                        URL,
+                        "m",
+                        "0",
+                        running=64,
+                        waiting=8,
+                        kv_cache_usage=0.4,
+                        request_success_total=3.0 * i,
+                    ),
+                ),  # fmt: skip
+            )
+        )
+    return compute_window(snaps)
+
+
+def test_gpu_series_and_absent_values() -> None:
+    m = scrape(View(window(), None))
+    util = {lab["gpu"]: v for lab, v in m["headroom_gpu_utilization_ratio"]}
+    assert util == {"0": pytest.approx(0.27), "1": 0.0}  # a real 0 is exported
+    # Tensor activity read on GPU 1 only: GPU 0's series is absent, not 0.
+    assert [lab["gpu"] for lab, _ in m["headroom_gpu_tensor_active_ratio"]] == ["1"]
+    assert "headroom_gpu_power_watts" not in m
+    ((labels, _),) = m["headroom_gpu_clock_throttle_active"]
+    assert labels["reason"] == "sw_power_cap" and labels["uuid"] == "GPU-a"
+    ((labels, rps),) = m["headroom_engine_requests_per_second"]
+    assert labels == {"url": URL, "model_name": "m", "engine": "0"}
+    assert rps == pytest.approx(3.0)
+    # Before the first tick nothing but self-metrics is exported.
+    empty = scrape(View(None, None))
+    assert not any(
+        k.startswith(("headroom_gpu", "headroom_engine", "headroom_diagnosis")) for k in empty
+    )
+    assert empty["headroom_agent_build_info"][0][0] == {"version": "1.2.3"}
+
+
+def test_diagnosis_gauges_and_analysis_units() -> None:
+    w = window()
+    scope = engine_scope(w.engines[0])
+    verdict = Verdict(
+        "seq-cap", 0.8, scope,
+        (Evidence("waiting_mean", 8.0, 0.5, ">"), Evidence("seq_cap", 64.0)),
+        "raise --max-num-seqs", "Sequence cap.",
+    )  # fmt: skip
+    analyses = {
+        scope: {"seq_cap": 64, "seq_cap_inferred": True, "seq_cap_assumed": False,
+                "gpu_ms_per_step": 12.0, "queue_sustained": True, "littles_ok": None,
+                "roofline": {"mfu": 0.31, "side": "memory", "gpu": "H200"}},
+    }  # fmt: skip
+    m = scrape(View(w, Diagnosis((verdict,), analyses)))
+    states = {(lab["cause"], lab["scope"]): v for lab, v in m["headroom_diagnosis"]}
+    assert states[("seq-cap", scope)] == 1.0
+    # Every cause of every watched scope is there, 0 unless current.
+    for s in ("box", "gpu:0", "gpu:1", scope):
+        assert {c for c, sc in states if sc == s} == set(CAUSES)
+    assert sum(states.values()) == 1.0
+    assert m["headroom_diagnosis_confidence"] == [({"cause": "seq-cap", "scope": scope}, 0.8)]
+    ev = {lab["name"]: v for lab, v in m["headroom_diagnosis_evidence"]}
+    assert ev == {"waiting_mean": 8.0, "seq_cap": 64.0}
+    th = {lab["name"]: v for lab, v in m["headroom_diagnosis_evidence_threshold"]}
+    assert th == {"waiting_mean": 0.5}
+    ((labels, cap),) = m["headroom_engine_seq_cap"]
+    assert labels["origin"] == "inferred" and cap == 64
+    assert m["headroom_engine_gpu_seconds_per_step"][0][1] == pytest.approx(0.012)
+    assert m["headroom_engine_queue_sustained"][0][1] == 1.0
+    assert "headroom_engine_littles_law_consistent" not in m  # None: not known, not 0
+    assert m["headroom_engine_roofline_mfu_ratio"][0][1] == pytest.approx(0.31)
+    ((labels, _),) = m["headroom_engine_roofline_side"]
+    assert (labels["side"], labels["gpu_model"]) == ("memory", "H200")
+
+
+def test_self_metrics_count_ticks_errors_and_successes() -> None:
+    stats = SelfStats(wall=lambda: 5000.0)
+    for d in (0.003, 0.04, 0.04, 3.0):
+        stats.on_snapshot(
+            Snapshot(t=0.0, wall=4000.0, duration_s=d,
+                     errors=(SourceError("vllm", URL, "connection refused"),) if d > 1 else ())
+        )  # fmt: skip
+    stats.source_succeeded("nvml")
+    m = scrape(View(None, None), stats)
+    buckets = {lab["le"]: v for lab, v in m["headroom_agent_tick_duration_seconds_bucket"]}
+    assert (
+        buckets["0.005"] == 1
+        and buckets["0.05"] == 3
+        and buckets["2.5"] == 3
+        and buckets["+Inf"] == 4
+    )
+    assert m["headroom_agent_tick_duration_seconds_sum"][0][1] == pytest.approx(3.083)
+    assert m["headroom_agent_ticks_total"][0][1] == 4
+    assert m["headroom_agent_source_errors_total"] == [({"source": "vllm", "target": URL}, 1.0)]
+    assert m["headroom_agent_source_last_success_timestamp_seconds"] == [
+        ({"source": "nvml", "target": ""}, 5000.0)
+    ]
+    assert m["headroom_agent_last_tick_timestamp_seconds"][0][1] == 4000.0

@@ -1,0 +1,237 @@
+"""A real Prometheus scraping a real agent that watches a running simulator.
+
+One simulator, one agent and one Prometheus for the whole module: Prometheus
+scrapes the agent, the simulator's vLLM /metrics and its dcgm-exporter
+endpoint every second, with the project's recording and alert rules loaded,
+exactly as configs/prometheus/prometheus.yml does on a serving box.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import yaml
+from conftest import REPO, free_port, wait_until
+
+from monitor.agent import Agent
+from monitor.config import AgentConfig
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(
+        not Path(PROMETHEUS).exists(),
+        reason="needs the prometheus binary (Debian package prometheus; .ci/run installs it)",
+    ),
+]
+
+
+class Stack:
+    def __init__(self, agent: Agent, sim: Any, prom_url: str) -> None:
+        self.agent, self.sim, self.prom_url = agent, sim, prom_url
+
+    def query(self, expr: str) -> dict[str, Any]:
+        r = httpx.get(self.prom_url + "/api/v1/query", params={"query": expr}, timeout=30)
+        body = r.json()
+        assert body.get("status") == "success", (expr, body)
+        return body["data"]
+
+    def vector(self, expr: str) -> list[dict[str, Any]]:
+        return self.query(expr)["result"]
+
+
+def _hostport(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from simulator import start_sim
+
+    tmp = tmp_path_factory.mktemp("prom")
+    sim = start_sim(scenario="seq-cap", port=0)
+    agent = Agent(
+        AgentConfig(
+            listen="127.0.0.1:0",
+            vllm=(sim.url,),
+            dcgm_exporter=sim.gpu_metrics_url,
+            nvml=False,
+            interval=0.5,
+            window=4.0,
+            pids=(sim.pid,),
+        )
+    )
+    agent.start()
+    port = free_port()
+    # The project's rules, evaluated every second instead of every 15 s to keep this short.
+    rule_files = []
+    for src in sorted((REPO / "configs/prometheus/rules").glob("*.yml")):
+        doc = yaml.safe_load(src.read_text())
+        for group in doc["groups"]:
+            group["interval"] = "1s"
+        (tmp / src.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+        rule_files.append(str(tmp / src.name))
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": rule_files,
+        "scrape_configs": [
+            {"job_name": "headroom", "static_configs": [{"targets": [_hostport(agent.url)]}]},
+            {"job_name": "vllm", "static_configs": [{"targets": [_hostport(sim.url)]}]},
+            {
+                "job_name": "dcgm-exporter",
+                "metrics_path": urlsplit(sim.gpu_metrics_url).path,
+                "static_configs": [{"targets": [_hostport(sim.url)]}],
+            },
+        ],
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    log = (tmp / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    stack = Stack(agent, sim, f"http://127.0.0.1:{port}")
+    try:
+        wait_until(lambda: _ready(stack.prom_url), timeout=60, step=0.25)
+        # The first scraped sample is queryable ~6 s after start on this machine.
+        wait_until(lambda: stack.vector("headroom_gpu_utilization_ratio"), timeout=60, step=0.5)
+        wait_until(lambda: len(stack.vector("up == 1")) == 3, timeout=30, step=0.5)
+        yield stack
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        agent.stop()
+        sim.stop()
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/-/ready", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_prometheus_reads_the_agents_series(stack: Stack) -> None:
+    ups = {r["metric"]["job"]: r["value"][1] for r in stack.vector("up")}
+    assert ups == {"headroom": "1", "vllm": "1", "dcgm-exporter": "1"}
+    gpus = stack.vector("headroom_gpu_utilization_ratio")
+    assert {g["metric"]["source"] for g in gpus} == {"dcgm-exporter"}
+    for g in gpus:
+        assert {"gpu", "uuid", "model", "instance", "job"} <= g["metric"].keys()
+        assert 0.0 <= float(g["value"][1]) <= 1.0
+    assert stack.vector("headroom_gpu_sm_active_ratio")
+    engines = wait_until(lambda: stack.vector("headroom_engine_requests_running"), timeout=30)
+    assert {"url", "model_name", "engine"} <= engines[0]["metric"].keys()
+    assert stack.vector("headroom_agent_tick_duration_seconds_count > 0")
+    assert stack.vector('headroom_agent_source_last_success_timestamp_seconds{source="vllm"}')
+    # Causes of every watched scope are exported as 0/1, not only the current ones.
+    states = stack.vector('headroom_diagnosis{scope="box"}')
+    assert len(states) >= 10 and {s["value"][1] for s in states} <= {"0", "1"}
+
+
+def test_the_seq_cap_scenario_is_diagnosed_through_prometheus(stack: Stack) -> None:
+    verdicts = wait_until(
+        lambda: stack.vector('headroom_diagnosis{cause="seq-cap"} == 1'), timeout=45, step=1
+    )
+    assert verdicts[0]["metric"]["scope"].startswith("engine:")
+    confidence = stack.vector('headroom_diagnosis_confidence{cause="seq-cap"}')
+    assert float(confidence[0]["value"][1]) >= 0.5
+    evidence = {
+        e["metric"]["name"] for e in stack.vector('headroom_diagnosis_evidence{cause="seq-cap"}')
+    }
+    assert "waiting_mean" in evidence
+    # The alert's expression (without its `for`) agrees on the live series.
+    rules = yaml.safe_load((REPO / "configs/prometheus/rules/headroom-alerts.yml").read_text())
+    expr = next(
+        r["expr"]
+        for g in rules["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "SchedulerSeqCap"
+    )
+    assert stack.vector(expr)
+    alerts = wait_until(lambda: stack.vector('ALERTS{alertname="SchedulerSeqCap"}'), timeout=30)
+    assert alerts[0]["metric"]["alertstate"] in ("pending", "firing")
+    others = stack.vector('ALERTS{alertname=~"GPUStarved|KVCachePressure|LaunchBound"}')
+    assert others == [], others
+
+
+def test_recording_rules_evaluate(stack: Stack) -> None:
+    assert wait_until(lambda: stack.vector("instance:headroom_gpu_activity:avg"), timeout=30)
+    assert wait_until(lambda: stack.vector("model:vllm_generation_tokens:rate1m"), timeout=30)
+    r = httpx.get(stack.prom_url + "/api/v1/rules", timeout=30).json()
+    health = [rule["health"] for g in r["data"]["groups"] for rule in g["rules"]]
+    assert health and all(h != "err" for h in health), r
+
+
+GRAFANA_VARS = {
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "5m",
+}
+
+
+def promql_of(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for panel in dashboard["panels"]:
+        for t in panel.get("targets", []):
+            out.append((panel["title"], t["expr"]))
+    for var in dashboard["templating"]["list"]:
+        if var["type"] == "query":
+            m = re.fullmatch(r"label_values\((.*), *(\w+)\)", var["definition"])
+            assert m, var["definition"]
+            out.append((f"variable {var['name']}", m.group(1)))
+    return out
+
+
+def substitute(expr: str) -> str:
+    for k, v in GRAFANA_VARS.items():
+        expr = expr.replace(k, v)
+    # Template variables with "All" selected become the variable's allValue.
+    return re.sub(r"\$\{?(instance|gpu|model)\}?", ".*", expr)
+
+
+def test_every_dashboard_query_runs(stack: Stack) -> None:
+    # Let a couple of rate windows fill so rates and quantiles can answer.
+    wait_until(lambda: stack.vector("model:vllm_time_to_first_token_seconds:p95_1m"), timeout=30)
+    queries = [
+        (d.name, title, expr)
+        for d in DASHBOARDS
+        for title, expr in promql_of(json.loads(d.read_text()))
+    ]
+    assert len(queries) >= 50
+    empty = []
+    for name, title, expr in queries:
+        data = stack.query(substitute(expr))  # asserts status == success
+        if not data["result"]:
+            empty.append(f"{name}: {title}: {expr}")
+    # Some panels need what this simulator run does not produce (preemptions, throttling,
+    # a roofline, source errors); all others must show data.
+    allowed = re.compile(
+        r"preempt|throttle|roofline|evidence_threshold|temperature|power_limit|consistent|source errors",
+        re.I,
+    )
+    unexpected = [e for e in empty if not allowed.search(e)]
+    assert not unexpected, "\n".join(unexpected)
+    assert len(empty) <= len(queries) // 3, empty

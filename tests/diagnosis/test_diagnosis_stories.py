@@ -1,0 +1,134 @@
+"""DESIGN.md's three worked stories, with their numbers."""
+
+from __future__ import annotations
+
+import pytest
+from diag_windows import gpu, make_window
+
+from monitor.diagnosis import Caps, diagnose
+from monitor.report import build_report, engine_scope
+
+LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
+
+
+def test_story_a_light_load_is_starved_and_names_the_fill_rate() -> None:
+    # 64 slots, requests last ~10 s, the client sends 1 req/s: 10 in flight. The GPU reads as
+    # the simulator's light load does: steps back to back, each streaming the weights for a
+    # batch of 10 (duty cycle ~100%, DRAM busy, tensor cores idle): memory-bound, with room.
+    w = make_window(
+        10,
+        gpus=[LIGHT_GPU],
+        engine=dict(
+            running=10, rps=1.0, e2e_s=10.0, queue_s=0.0, steps_per_s=30, tokens_per_step=10
+        ),
+    )
+    d = diagnose(w, caps=Caps(max_num_seqs=64))
+    top = d.verdicts[0]
+    assert top.cause == "starved"
+    assert top.fix.startswith("send about 6.4 req/s to fill 64 slots")
+    a = d.analyses[engine_scope(w.engines[0])]
+    assert a["littles_in_flight"] == pytest.approx(10.0)
+    assert a["littles_throughput_rps"] == pytest.approx(1.0)
+    assert a["littles_latency_s"] == pytest.approx(10.0)
+    assert a["littles_predicted_in_flight"] == pytest.approx(10.0)
+    assert a["littles_ok"] is True
+    assert a["fill_rate_rps"] == pytest.approx(6.4)
+    assert a["seq_cap"] == 64 and a["seq_cap_inferred"] is False
+    # The report carries the same figures where the TUI and exporter read them.
+    report = build_report(w, d.verdicts, d.analyses)
+    assert report["engines"][0]["analysis"]["fill_rate_rps"] == pytest.approx(6.4)
+    assert report["verdicts"][0]["cause"] == "starved"
+
+
+def test_story_a_arrivals_count_a_growing_queue() -> None:
+    # Completions alone undercount arrivals while in-flight grows: 1 req/s done plus
+    # in-flight rising 10 -> 19 over 9 s is 2 req/s arriving.
+    w = make_window(
+        10,
+        gpus=[gpu(0.25, 0.18)],
+        engine=dict(running=list(range(10, 20)), rps=1.0, e2e_s=10.0, queue_s=0.0),
+    )
+    a = diagnose(w, caps=Caps(max_num_seqs=64)).analyses[engine_scope(w.engines[0])]
+    assert a["littles_throughput_rps"] == pytest.approx(2.0)
+
+
+def test_story_a_without_the_cap_says_it_was_assumed() -> None:
+    w = make_window(10, gpus=[LIGHT_GPU], engine=dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0))
+    top = diagnose(w).verdicts[0]
+    assert top.cause == "starved"
+    assert "cap assumed" in top.fix
+    assert top.confidence < diagnose(w, caps=Caps(max_num_seqs=64)).verdicts[0].confidence
+
+
+def _story_b(gpu_ms: float, cpu_ms: float, overlapped: bool, tensor: float = 0.7):
+    step_ms = max(gpu_ms, cpu_ms) if overlapped else gpu_ms + cpu_ms
+    util = min(1.0, gpu_ms / step_ms)
+    steps = 1000.0 / step_ms
+    # The engine thread burns its CPU part of every step.
+    thread = min(1.0, cpu_ms * steps / 1000.0)
+    return make_window(
+        10,
+        gpus=[gpu(util, 0.95 * util, tensor * util, 0.2 * util)],
+        engine=dict(running=48, rps=4.8, e2e_s=10.0, steps_per_s=steps, tokens_per_step=48),
+        host=dict(thread=thread, busy=0.15),
+    )
+
+
+@pytest.mark.parametrize(
+    ("gpu_ms", "cpu_ms", "overlapped", "busy", "steps"),
+    [(12, 28, False, 0.30, 25.0), (12, 28, True, 0.43, 35.7)],
+    ids=["serial-30pct", "overlapped-43pct"],
+)
+def test_story_b_cpu_in_the_path(
+    gpu_ms: float, cpu_ms: float, overlapped: bool, busy: float, steps: float
+) -> None:
+    w = _story_b(gpu_ms, cpu_ms, overlapped)
+    d = diagnose(w, caps=Caps(max_num_seqs=64))
+    top = d.verdicts[0]
+    assert top.cause == "cpu-bound"
+    a = d.analyses[engine_scope(w.engines[0])]
+    assert a["busy_fraction"] == pytest.approx(busy, abs=0.005)
+    assert a["steps_per_s"] == pytest.approx(steps, abs=0.1)
+    assert a["gpu_ms_per_step"] == pytest.approx(gpu_ms, abs=0.01)
+    # 28 ms of CPU in every 40 ms step is 70% of a core; overlapped, the thread never rests.
+    assert a["engine_thread_cpu_ratio"] == pytest.approx(0.7 if not overlapped else 1.0)
+    assert "async-scheduling" in top.fix
+    # The gain if the CPU gap went away: 1 / busy fraction.
+    assert f"{1 / busy:.1f}x" in top.fix
+
+
+def test_story_b_cpu_cut_and_overlapped_fills_the_gpu() -> None:
+    # 8 ms of CPU overlapped with 12 ms of GPU: the GPU is busy ~100%, 83 steps/s.
+    w = _story_b(12, 8, True)
+    d = diagnose(w, caps=Caps(max_num_seqs=64))
+    a = d.analyses[engine_scope(w.engines[0])]
+    assert a["busy_fraction"] == pytest.approx(1.0)
+    assert a["steps_per_s"] == pytest.approx(83.3, abs=0.1)
+    causes = [v.cause for v in d.verdicts]
+    assert "cpu-bound" not in causes
+    assert causes[0] == "compute-bound"
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["cap-given", "cap-inferred"])
+def test_story_c_scheduler_cap(given: bool) -> None:
+    # Requests wait while running sits at max_num_seqs and the GPU is far from saturated.
+    w = make_window(
+        10,
+        gpus=[gpu(0.55, 0.4, 0.3, 0.35)],
+        engine=dict(
+            running=4, waiting=8, waiting_capacity=8, kv=0.2, rps=0.5, e2e_s=24.0, queue_s=16.0
+        ),
+    )
+    d = diagnose(w, caps=Caps(max_num_seqs=4) if given else Caps())
+    top = d.verdicts[0]
+    assert top.cause == "seq-cap"
+    assert top.fix.startswith("raise --max-num-seqs above 4")
+    assert ("inferred" in top.summary) is not given
+    a = d.analyses[engine_scope(w.engines[0])]
+    assert a["seq_cap"] == 4
+    assert a["seq_cap_inferred"] is (not given)
+    # In flight 12 = 0.5 req/s x 24 s: Little's law holds at the engine.
+    assert a["littles_in_flight"] == pytest.approx(12.0)
+    assert a["littles_ok"] is True
+    # No GPU verdict outranks it: the GPU is far from saturation.
+    assert all(not v.scope.startswith("gpu:") for v in d.verdicts)

@@ -1,0 +1,180 @@
+"""Host source against real processes: it finds the engine and its busiest thread."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from monitor.samples import Snapshot
+from monitor.sources.base import Source
+from monitor.sources.host import HostSource
+from monitor.window import HostWindow, compute_window
+
+# A stand-in engine. "serve": listen on a port and start a child that burns CPU
+# (vLLM's API server and its engine-core child); "burn": burn CPU in a thread
+# named like vLLM's engine loop. Each exits on its own after LIFETIME seconds.
+ENGINE = r"""
+import os, socket, subprocess, sys, threading, time
+mode, lifetime = sys.argv[1], float(sys.argv[2])
+deadline = time.monotonic() + lifetime
+if mode == "serve":
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[3], "burn", sys.argv[2]])
+    print("port", s.getsockname()[1], "child", child.pid, flush=True)
+    child.wait(timeout=lifetime + 5)
+    sys.exit(0)
+def burn():
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+        fh.write("hr-burner")
+    ready.set()
+    while time.monotonic() < deadline:
+        pass
+ready = threading.Event()
+threading.Thread(target=burn, name="hr-burner", daemon=True).start()
+ready.wait(10)
+print("burning", os.getpid(), flush=True)
+while time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+LIFETIME = 20.0  # an upper bound: the fixture stops them as soon as the test ends
+
+
+def _stop(pid: int) -> None:
+    try:
+        psutil.Process(pid).kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
+@pytest.fixture
+def burner() -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ENGINE, "burn", str(LIFETIME)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split()[0] == "burning"
+        yield proc
+    finally:
+        _stop(proc.pid)
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[int, int, int]]:
+    """(server pid, port, burning child pid)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ENGINE, "serve", str(LIFETIME), ENGINE],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = None
+    try:
+        assert proc.stdout is not None
+        words = proc.stdout.readline().split()
+        assert words[0] == "port", words
+        port, child = int(words[1]), int(words[3])
+        assert proc.stdout.readline().split()[0] == "burning"
+        yield proc.pid, port, child
+    finally:
+        if child is not None:
+            _stop(child)
+        _stop(proc.pid)
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _window(src: HostSource, gap: float = 1.5, tries: int = 3) -> HostWindow:
+    """Two readings ``gap`` apart; on a machine stall (both cores frozen), try again."""
+    best: HostWindow | None = None
+    for _ in range(tries):
+        snaps = []
+        for i in range(2):
+            if i:
+                time.sleep(gap)
+            reading = src.read()
+            assert reading.errors == ()
+            snaps.append(Snapshot(t=time.monotonic(), wall=time.time(), host=reading.host))
+        w = compute_window(snaps).host
+        assert w is not None
+        best = w
+        if w.busiest_thread is not None and w.busiest_thread.cpu_ratio > 0.5:
+            break
+    assert best is not None
+    return best
+
+
+def test_finds_the_engine_by_its_port_and_names_its_busy_child_thread(
+    server: tuple[int, int, int],
+) -> None:
+    server_pid, port, child = server
+    src = HostSource(ports=[port])
+    assert isinstance(src, Source) and src.name == "host"
+    assert src.notes == ()
+    assert set(src.tracked_pids) >= {server_pid, child}
+    w = _window(src)
+    assert w.busiest_thread is not None
+    assert w.busiest_thread.name == "hr-burner"
+    assert w.busiest_thread.pid == child
+    assert w.busiest_thread.cpu_ratio > 0.5
+    assert w.engine_cpu_cores is not None and w.engine_cpu_cores > 0.5
+    assert w.cpu_busy_ratio is not None and w.cpu_busy_ratio > 0
+    assert set(w.pids) >= {server_pid, child}
+
+
+def test_a_given_pid_is_watched_with_its_threads(burner: subprocess.Popen[str]) -> None:
+    src = HostSource(pids=[burner.pid])
+    w = _window(src)
+    assert w.pids == (burner.pid,)
+    assert w.busiest_thread is not None and w.busiest_thread.name == "hr-burner"
+    assert w.busiest_thread.cpu_ratio > 0.5
+    assert w.engine_cpu_cores is not None and w.engine_cpu_cores > 0.5
+
+
+def test_an_exited_process_is_dropped_without_an_error(burner: subprocess.Popen[str]) -> None:
+    src = HostSource(pids=[burner.pid], rediscover_s=3600)
+    assert [p.pid for p in src.read().host.processes] == [burner.pid]
+    burner.kill()
+    burner.wait(timeout=10)
+    reading = src.read()
+    assert reading.errors == ()
+    assert reading.host is not None and reading.host.processes == ()
+    assert reading.host.cpu_total_seconds > 0
+
+
+def test_a_missing_pid_or_port_is_a_note_not_a_failure() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    src = HostSource(pids=[gone.pid], ports=[1])  # port 1: nothing listens on it here
+    assert any(f"no process {gone.pid}" in n for n in src.notes)
+    assert any("no local process listens on TCP port 1" in n for n in src.notes)
+    reading = src.read()
+    assert reading.errors == () and reading.host is not None
+    assert reading.host.processes == ()
+    assert reading.host.cpu_count >= 1
+    assert reading.host.cpu_idle_seconds <= reading.host.cpu_total_seconds
+
+
+def test_processes_are_looked_for_again_only_after_rediscover_s(
+    server: tuple[int, int, int],
+) -> None:
+    server_pid, port, child = server
+    now = [0.0]
+    # Built while watching another port, then pointed at the engine's.
+    src = HostSource(ports=[1], rediscover_s=10.0, clock=lambda: now[0])
+    src.ports = (port,)
+    now[0] = 9.0
+    assert src.read().host.processes == ()  # not yet: the last look was 9 s ago
+    now[0] = 10.5
+    pids = {p.pid for p in src.read().host.processes}
+    assert pids >= {server_pid, child}

@@ -1,0 +1,337 @@
+"""vLLM's /metrics as a user sees it: the numbers of each engine, and one-line errors."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor.errors import ConfigError, EndpointError
+from monitor.samples import EngineSample, Snapshot
+from monitor.sources.base import Reading, Source
+from monitor.sources.metric_names import HISTOGRAMS
+from monitor.sources.vllm import VllmSource, engines_from_text
+from monitor.window import TTFT, compute_window
+
+UNDER_LOAD = "vllm-0.32.0-cpu-metrics-under-load.txt"
+IDLE = "vllm-0.32.0-cpu-metrics-idle.txt"
+
+
+def only_engine(reading: Reading) -> EngineSample:
+    assert reading.errors == ()
+    (engine,) = reading.engines
+    return engine
+
+
+def read_once(url: str, **kwargs: object) -> Reading:
+    src = VllmSource(url, **kwargs)  # type: ignore[arg-type]
+    try:
+        return src.read()
+    finally:
+        src.close()
+
+
+def test_is_a_source_and_normalises_the_url() -> None:
+    src = VllmSource("http://127.0.0.1:8000")
+    try:
+        assert isinstance(src, Source)
+        assert src.name == "vllm"
+        assert src.url == "http://127.0.0.1:8000/metrics"
+        assert VllmSource("http://127.0.0.1:8000/metrics").url == src.url
+    finally:
+        src.close()
+
+
+def test_under_load_page_reads_running_and_waiting_by_reason(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    http_server.set("/metrics", read_fixture(UNDER_LOAD))
+    e = only_engine(read_once(http_server.url))
+    assert (e.model_name, e.engine, e.flavour) == ("tiny-llama", "0", "vllm")
+    assert e.url == http_server.url + "/metrics"
+    assert (e.running, e.waiting) == (4.0, 8.0)
+    assert (e.waiting_capacity, e.waiting_deferred) == (8.0, 0.0)
+    assert e.kv_cache_usage == pytest.approx(0.000977, rel=1e-3)
+
+
+def test_idle_page_reads_zero_running(http_server, read_fixture: Callable[[str], str]) -> None:
+    http_server.set("/metrics", read_fixture(IDLE))
+    e = only_engine(read_once(http_server.url + "/metrics"))
+    assert (e.running, e.waiting, e.kv_cache_usage) == (0.0, 0.0, 0.0)
+
+
+def test_counters_are_raw_and_summed_over_finished_reason(
+    read_fixture: Callable[[str], str],
+) -> None:
+    (e,), skipped = engines_from_text(read_fixture(UNDER_LOAD), "http://h/metrics")
+    assert skipped == 0
+    # request_success_total is split by finished_reason: 8 requests ended by length.
+    assert e.request_success_total == 8.0
+    assert e.prompt_tokens_total == 78.0
+    assert e.preemptions_total == 0.0
+    # admission_rejections_total has no engine label: it still lands on engine 0.
+    assert e.admission_rejections_total == 0.0
+    assert e.estimated_flops_total == 0.0
+
+
+def test_every_histogram_is_cumulative_and_complete(read_fixture: Callable[[str], str]) -> None:
+    (e,), _ = engines_from_text(read_fixture(UNDER_LOAD), "http://h/metrics")
+    assert [name for name, _ in e.histograms] == list(HISTOGRAMS)
+    for name, h in e.histograms:
+        bounds = [le for le, _ in h.buckets]
+        counts = [c for _, c in h.buckets]
+        assert bounds == sorted(bounds) and math.isinf(bounds[-1]), name
+        assert counts == sorted(counts), name  # cumulative
+        assert counts[-1] == h.count, name
+    ttft = e.histogram(TTFT)
+    assert ttft is not None and ttft.count == 12.0
+    assert ttft.sum == pytest.approx(1.5429, rel=1e-3)
+
+
+def test_cache_config_keeps_its_labels_but_not_the_engine(
+    read_fixture: Callable[[str], str],
+) -> None:
+    (e,), _ = engines_from_text(read_fixture(UNDER_LOAD), "http://h/metrics")
+    assert e.cache_config_value("block_size") == "128"
+    assert e.cache_config_value("num_gpu_blocks") == "4096"
+    assert e.cache_config_value("engine") is None
+
+
+TWO_ENGINES = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 5.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 0.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 6.0
+# TYPE vllm:num_requests_waiting_by_reason gauge
+vllm:num_requests_waiting_by_reason{engine="1",model_name="m",reason="capacity"} 4.0
+vllm:num_requests_waiting_by_reason{engine="1",model_name="m",reason="deferred"} 2.0
+# TYPE vllm:admission_rejections_total counter
+vllm:admission_rejections_total{model_name="m",reason="max_num_queued_reqs"} 2.0
+vllm:admission_rejections_total{model_name="m",reason="max_num_queued_tokens"} 1.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="1",le="0.1",model_name="m"} 1.0
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf",model_name="m"} 4.0
+vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"} 2.5
+vllm:time_to_first_token_seconds_count{engine="1",model_name="m"} 4.0
+vllm:cache_config_info{block_size="16",engine="1"} 1.0
+"""
+
+
+def test_two_engines_in_one_exposition_stay_apart() -> None:
+    (e0, e1), _ = engines_from_text(TWO_ENGINES, "http://h/metrics")
+    assert (e0.engine, e0.running, e0.waiting) == ("0", 3.0, 0.0)
+    assert (e1.engine, e1.running, e1.waiting) == ("1", 5.0, 6.0)
+    assert (e1.waiting_capacity, e1.waiting_deferred) == (4.0, 2.0)
+    assert e0.waiting_capacity is None  # not published for engine 0: unknown, not 0
+    # A per-model counter is counted once, on the first engine.
+    assert (e0.admission_rejections_total, e1.admission_rejections_total) == (3.0, None)
+    assert e0.histogram(TTFT) is None
+    assert e1.histogram(TTFT) is not None and e1.histogram(TTFT).count == 4.0
+    assert (e0.cache_config, e1.cache_config_value("block_size")) == ((), "16")
+
+
+def test_older_vllm_names_are_read_through_their_aliases() -> None:
+    old = (
+        'vllm:num_requests_running{model_name="m"} 2\n'
+        'vllm:gpu_cache_usage_perc{model_name="m"} 0.75\n'
+        'vllm:time_per_output_token_seconds_bucket{le="0.05",model_name="m"} 7\n'
+        'vllm:time_per_output_token_seconds_bucket{le="+Inf",model_name="m"} 9\n'
+        'vllm:time_per_output_token_seconds_sum{model_name="m"} 0.4\n'
+        'vllm:time_per_output_token_seconds_count{model_name="m"} 9\n'
+    )
+    (e,), _ = engines_from_text(old, "http://h/metrics")
+    assert (e.model_name, e.engine, e.running, e.kv_cache_usage) == ("m", "", 2.0, 0.75)
+    itl = e.histogram("inter_token_latency_seconds")
+    assert itl is not None and itl.count == 9.0
+    assert e.waiting is None
+
+
+SGLANG = """\
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 7.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 3.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 0.28
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{model_name="q"} 812.0
+"""
+
+
+def test_sglang_is_detected_and_mapped(http_server) -> None:
+    http_server.set("/metrics", SGLANG)
+    e = only_engine(read_once(http_server.url))
+    assert e.flavour == "sglang"
+    assert (e.model_name, e.running, e.waiting, e.kv_cache_usage) == ("q", 7.0, 3.0, 0.28)
+    assert e.prompt_tokens_total == 812.0
+
+
+def test_a_forced_flavour_that_is_not_served_is_an_error(http_server) -> None:
+    http_server.set("/metrics", SGLANG)
+    reading = read_once(http_server.url, flavour="vllm")
+    assert reading.engines == ()
+    assert "does not serve vLLM metrics (no vllm: families found)" in reading.errors[0].message
+
+
+def test_an_unknown_flavour_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown server flavour 'tgi'"):
+        VllmSource("http://127.0.0.1:8000", flavour="tgi")
+
+
+def test_connection_refused_is_one_line(http_server) -> None:
+    url = http_server.url
+    http_server.stop()
+    (err,) = read_once(url).errors
+    assert err.source == "vllm"
+    assert err.message == f"cannot connect to {url}/metrics: connection refused"
+
+
+def test_a_slow_server_times_out(http_server, read_fixture: Callable[[str], str]) -> None:
+    http_server.set("/metrics", read_fixture(IDLE), delay=3.0)
+    t0 = time.monotonic()
+    reading = read_once(http_server.url, timeout=0.3)
+    assert time.monotonic() - t0 < 2.9  # gave up at the timeout, not at the answer
+    assert reading.engines == ()
+    assert reading.errors[0].message == f"{http_server.url}/metrics did not answer within 0.3 s"
+
+
+def test_an_http_error_status_is_reported(http_server) -> None:
+    http_server.set("/metrics", "boom", status=500)
+    (err,) = read_once(http_server.url).errors
+    assert err.message == f"{http_server.url}/metrics answered HTTP 500 Internal Server Error"
+
+
+def test_a_page_that_is_not_vllm_metrics_says_so(http_server) -> None:
+    http_server.set("/metrics", "<html><body>Hello</body></html>", content_type="text/html")
+    (err,) = read_once(http_server.url).errors
+    assert err.message == (
+        f"{http_server.url}/metrics does not serve vLLM metrics (no vllm: families found)"
+    )
+
+
+def test_a_dropped_connection_costs_no_reading(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    http_server.set("/metrics", read_fixture(IDLE))
+    src = VllmSource(http_server.url)
+    try:
+        assert src.read().errors == ()
+        http_server.routes["/metrics"].drop = 1  # the kept-alive connection is closed on us
+        assert only_engine(src.read()).running == 0.0
+    finally:
+        src.close()
+
+
+def _restarted(text: str) -> str:
+    """The same page after a server restart: every counter and histogram back near zero."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("vllm:request_success_total", "vllm:time_to_first_token_seconds_")):
+            name, value = line.rsplit(" ", 1)
+            line = f"{name} {float(value) / 4}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _grown(text: str) -> str:
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("vllm:request_success_total", "vllm:time_to_first_token_seconds_")):
+            name, value = line.rsplit(" ", 1)
+            line = f"{name} {float(value) * 2}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_a_server_restart_gives_sane_rates_through_the_window(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    before = read_fixture(UNDER_LOAD)
+    pages = [before, _grown(before), _restarted(before)]
+    src = VllmSource(http_server.url)
+    snaps = []
+    try:
+        for i, page in enumerate(pages):
+            http_server.set("/metrics", page)
+            r = src.read()
+            assert r.errors == ()
+            snaps.append(Snapshot(t=float(i), wall=1e9 + i, engines=r.engines))
+    finally:
+        src.close()
+    (w,) = compute_window(snaps).engines
+    # 8 -> 16 (+8), then a restart to 2: Prometheus counts the 2 since the restart.
+    assert w.requests_per_s == pytest.approx((8 + 2) / 2)
+    ttft = w.histogram(TTFT)
+    assert ttft is not None and ttft.count == pytest.approx(12 + 3)
+    assert all(c >= 0 for _, c in ttft.buckets)
+    assert w.ttft_p50_s is not None and w.ttft_p50_s >= 0
+
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_LINES = (Path(__file__).parent.parent / "fixtures" / UNDER_LOAD).read_text().splitlines()
+
+
+_EDIT = st.tuples(
+    st.integers(min_value=0, max_value=10_000),
+    st.sampled_from(["cut", "drop", "garble", "dup", "nan"]),
+    st.integers(min_value=0, max_value=200),
+)
+
+
+@FUZZ
+@given(edits=st.lists(_EDIT, max_size=12))
+def test_corrupted_real_pages_never_raise_out_of_the_parser(
+    edits: list[tuple[int, str, int]],
+) -> None:
+    lines = list(_LINES)
+    for where, how, at in edits:
+        i = where % len(lines)
+        if how == "cut":
+            lines[i] = lines[i][: at % (len(lines[i]) + 1)]
+        elif how == "drop":
+            del lines[i]
+        elif how == "garble":
+            lines[i] = lines[i][:at] + '{"\\' + lines[i][at:]
+        elif how == "dup":
+            lines.insert(i, lines[i])
+        else:
+            lines[i] = lines[i].rsplit(" ", 1)[0] + " NaN"
+    try:
+        engines, skipped = engines_from_text("\n".join(lines), "http://h/metrics")
+    except EndpointError:
+        return
+    assert skipped >= 0
+    for e in engines:
+        for _, h in e.histograms:
+            assert math.isfinite(h.sum) and math.isfinite(h.count)
+
+
+@FUZZ
+@given(st.text(max_size=300))
+def test_arbitrary_text_is_an_endpoint_error_or_engines(text: str) -> None:
+    try:
+        engines_from_text(text, "http://h/metrics")
+    except EndpointError as exc:
+        assert "\n" not in str(exc)
+
+
+def test_a_garbled_line_costs_that_line_only(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    lines = read_fixture(UNDER_LOAD).splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("vllm:num_requests_running{"))
+    lines[i] = lines[i].replace('engine="0"', 'engine="0')
+    http_server.set("/metrics", "\n".join(lines) + "\n")
+    reading = read_once(http_server.url)
+    (e,) = reading.engines
+    assert e.running is None  # the garbled series is unknown...
+    assert e.waiting == 8.0  # ...the others are still read
+    (err,) = reading.errors
+    assert err.message == f"{http_server.url}/metrics: skipped 1 malformed line(s)"

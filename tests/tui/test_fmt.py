@@ -1,0 +1,52 @@
+"""The text building blocks: unknown values stay visibly unknown, bars and sparklines scale honestly."""
+
+from __future__ import annotations
+
+from monitor.tui import fmt
+
+
+def test_unknown_is_a_dash_never_a_zero() -> None:
+    assert fmt.pct(None).strip() == "-"
+    assert fmt.pct(0.0).strip() == "0%"
+    assert fmt.seconds(None) == "-" and fmt.si(None) == "-"
+    # An unknown ratio draws no bar at all, a zero draws an empty track.
+    assert fmt.bar(None, 10) == " " * 10
+    assert fmt.bar(0.0, 10) == fmt.TRACK * 10
+
+
+def test_bar_length_follows_the_ratio_in_eighths() -> None:
+    assert fmt.bar(1.0, 8) == "█" * 8
+    assert fmt.bar(0.5, 8) == "████" + fmt.TRACK * 4
+    assert fmt.bar(1 / 16, 8) == "▌" + fmt.TRACK * 7
+    assert fmt.bar(2.0, 4) == "████"  # clipped, never longer than its cell budget
+
+
+def test_sparkline_keeps_a_fixed_scale_for_ratios() -> None:
+    assert fmt.sparkline([0.0, 0.5, 1.0], 3) == "▁▅█"
+    # Right-aligned: the newest value sits at the right edge.
+    assert fmt.sparkline([1.0], 4) == "   █"
+    assert fmt.sparkline([None, 1.0], 2) == " █"
+    # Counts scale to the largest seen when no top is given.
+    assert fmt.sparkline([10.0, 20.0], 2, top=None) == "▅█"
+
+
+def test_units_and_durations_read_like_a_person_writes_them() -> None:
+    assert fmt.si(9.32e12, "FLOP/s") == "9.32 TFLOP/s"
+    assert fmt.si(1280.0) == "1.28k"
+    assert fmt.seconds(0.0175) == "17.5 ms" and fmt.seconds(11.5) == "11.5 s"
+    assert fmt.duration(42) == "42 s" and fmt.duration(185) == "3 min 5 s"
+
+
+def test_roofline_placement_puts_the_engine_left_of_the_ridge_when_memory_bound() -> None:
+    line = fmt.placement(27.1, 153.0, 21)
+    assert line.index("●") < line.index("|") == 10
+    line = fmt.placement(1530.0, 153.0, 21)
+    assert line.index("●") > line.index("|")
+
+
+def test_scopes_and_evidence_in_words() -> None:
+    assert fmt.scope_words("gpu:1") == "GPU 1"
+    assert fmt.scope_words("engine:m/0@http://h:8000/metrics") == "engine m/0"
+    ev = {"name": "sm_active", "value": 0.08, "threshold": 0.22, "op": "<", "unit": "ratio"}
+    assert fmt.evidence_words(ev) == "sm active 8% < 22%"
+    assert fmt.clip("abcdef", 4) == "abc…"
