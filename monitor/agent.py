@@ -363,6 +363,7 @@ def build_agent_sources(config: AgentConfig) -> tuple[list[Source], list[str]]:
         nvml=config.nvml,
         dcgm=config.dcgm,
         gpm=config.gpm,
+        gpu_util_every_s=config.gpu_util_every,
         host=config.host,
         host_pids=config.pids,
         timeout=config.timeout,

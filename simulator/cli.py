@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 from simulator.config import SimConfig, apply_overrides, read_file
@@ -31,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", default=None, help="TOML or YAML file overriding the scenario's engine and load"
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    # start_sim passes its own PID: a simulator whose caller died (a closed terminal,
+    # a killed test) must not go on burning CPU.
+    parser.add_argument("--exit-with-parent", type=int, default=None, help=argparse.SUPPRESS)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -91,6 +97,15 @@ def serve(
         raise SimError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
+def _exit_with_parent(pid: int) -> None:
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(0.5)
+        os._exit(0)  # nothing to save: the simulator keeps no state worth a clean shutdown
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m simulator", description="A simulated LLM serving box."
@@ -100,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         print(list_scenarios())
         return 0
+    if args.exit_with_parent is not None:
+        _exit_with_parent(args.exit_with_parent)
     try:
         cfg = resolve(args.scenario, args.config)
         host, port = parse_listen(args.listen)

@@ -153,6 +153,7 @@ def start_sim(
     cmd = [sys.executable, "-m", "simulator", "--scenario", scenario, "--listen", f"{host}:{port}"]
     if not load:
         cmd.append("--no-load")
+    cmd += ["--exit-with-parent", str(os.getpid())]
     temp_config = None
     if isinstance(config, dict):
         import yaml

@@ -1,13 +1,241 @@
-"""`headroom sweep`: placeholder until its issue lands (owned by that issue's module)."""
+"""`headroom sweep`: step the load on an OpenAI-compatible server and find where it saturates."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+from monitor.errors import ConfigError
+
+EPILOG = """\
+examples:
+  headroom sweep --target http://127.0.0.1:8000 --out sweep1
+  headroom sweep --target http://gpu-box:8000 --concurrency 1,2,4,8,16,32,64 \\
+      --step-seconds 30 --warmup-seconds 10 --slo ttft_p95=0.5 --slo itl_p95=0.05 --out sweep2
+  headroom sweep --target http://gpu-box:8000 --rates 1,2,4,8 --arrival poisson --out sweep3
+
+Loads one machine cannot make: add local Locust workers with --workers N; to add
+workers on other hosts, start the sweep with --external-workers M --master-bind 0.0.0.0
+--master-port 5557, copy OUT/loadgen-config.json to each host, and there run
+  python -m loadgen.worker_locust --role worker --master-host SWEEP_HOST \\
+      --master-port 5557 --mode closed --config loadgen-config.json
+The API key is read from HEADROOM_API_KEY or OPENAI_API_KEY.
+"""
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers separated by commas, not {text!r}"
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
+    return values
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, not {text!r}"
+        ) from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError("rates must be positive")
+    return values
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("sweep", help="(not built yet)")
+    p = sub.add_parser(
+        "sweep",
+        help="step the load and find the saturation point, its cause, and goodput",
+        description="Step the load on an OpenAI-compatible server (closed loop: concurrency; "
+        "open loop: request rates), watch the engine and GPUs at each step, and report the "
+        "saturation point, its cause, and the largest load that meets your SLOs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--target", required=True, help="the server's base URL (http://host:port)")
+    p.add_argument("--model", help="model name (default: the first from /v1/models)")
+    p.add_argument("--api", choices=("completions", "chat"), default="completions")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=_ints, metavar="1,2,4,...",
+                      help="closed loop at these concurrency levels (default: adaptive doubling)")  # fmt: skip
+    load.add_argument("--rates", metavar="R1,R2,...|auto",
+                      help="open loop at these request rates (req/s), or 'auto' for adaptive")  # fmt: skip
+    p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
+    p.add_argument(
+        "--max-concurrency", type=int, default=1024, help="adaptive ceiling (default 1024)"
+    )
+    p.add_argument("--step-seconds", type=float, default=30.0, help="hold per step (default 30)")
+    p.add_argument(
+        "--warmup-seconds", type=float, default=10.0, help="excluded before each hold (default 10)"
+    )
+    p.add_argument(
+        "--input-tokens", type=int, default=256, help="synthetic prompt length (default 256)"
+    )
+    p.add_argument(
+        "--output-tokens", type=int, default=128, help="max_tokens per request (default 128)"
+    )
+    p.add_argument(
+        "--length-dist", choices=("fixed", "uniform", "normal", "exponential"), default="fixed"
+    )
+    p.add_argument("--length-spread", type=float, default=0.5,
+                   help="uniform half-width or normal sd, as a share of the mean (default 0.5)")  # fmt: skip
+    p.add_argument("--prompts", metavar="FILE.jsonl", help="prompts from a JSONL file instead")
+    p.add_argument(
+        "--no-ignore-eos", action="store_true", help="do not send ignore_eos (non-vLLM servers)"
+    )
+    p.add_argument("--no-usage", action="store_true", help="do not ask for usage in the stream")
+    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds (default 120)")
+    p.add_argument("--vllm-metrics", metavar="URL", help="engine metrics (default TARGET/metrics)")
+    p.add_argument(
+        "--no-engine-metrics", action="store_true", help="do not read the engine's /metrics"
+    )
+    p.add_argument(
+        "--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics for GPU activity"
+    )
+    p.add_argument("--nvml", action="store_true", help="also read this host's GPUs through NVML")
+    p.add_argument(
+        "--sample-interval", type=float, default=1.0, help="monitor tick, seconds (default 1)"
+    )
+    p.add_argument("--slo", action="append", default=[], metavar="METRIC_PCT=SECONDS",
+                   help="e.g. ttft_p95=0.5, itl_p95=0.05 (repeatable): goodput is the largest load meeting all")  # fmt: skip
+    p.add_argument("--error-threshold", type=float, default=0.1,
+                   help="error ratio that ends the sweep as saturated-by-errors (default 0.1)")  # fmt: skip
+    p.add_argument("--max-lag", type=float, default=0.1,
+                   help="open loop: p99 start lag (s) beyond which a step is invalid (default 0.1)")  # fmt: skip
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="Locust worker processes on this host (default 0: one process)",
+    )
+    p.add_argument(
+        "--external-workers", type=int, default=0, help="Locust workers joining from other hosts"
+    )
+    p.add_argument(
+        "--master-bind", default="127.0.0.1", help="where the Locust master listens (with workers)"
+    )
+    p.add_argument("--master-port", type=int, help="the Locust master's port (default: a free one)")
+    p.add_argument(
+        "--resume", action="store_true", help="continue a sweep in OUT from its steps.jsonl"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+
+
+def config_from_args(args: argparse.Namespace, model: str, target: str):
+    from loadgen.analysis import parse_slo
+    from loadgen.schema import SweepConfig, WorkerConfig
+
+    if args.step_seconds <= 0 or args.warmup_seconds < 0:
+        raise ConfigError("--step-seconds must be positive and --warmup-seconds not negative")
+    if args.workers < 0 or args.external_workers < 0:
+        raise ConfigError("--workers and --external-workers cannot be negative")
+    if args.sample_interval <= 0:
+        raise ConfigError("--sample-interval must be positive")
+    slos = dict(parse_slo(s) for s in args.slo)
+    rates = None
+    adaptive = args.concurrency is None
+    mode = "closed"
+    if args.rates is not None:
+        mode = "open"
+        if args.rates.strip() == "auto":
+            adaptive = True
+        else:
+            try:
+                rates = _floats(args.rates)
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigError(f"--rates: {exc}") from None
+            adaptive = False
+    metrics = None
+    if not args.no_engine_metrics:
+        metrics = args.vllm_metrics or f"{target}/metrics"
+    worker = WorkerConfig(
+        target=target,
+        model=model,
+        api=args.api,
+        input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens,
+        length_dist=args.length_dist,
+        length_spread=args.length_spread,
+        prompts_file=str(Path(args.prompts).resolve()) if args.prompts else None,
+        ignore_eos=not args.no_ignore_eos,
+        include_usage=not args.no_usage,
+        request_timeout_s=args.request_timeout,
+        arrival=args.arrival,
+    )
+    return SweepConfig(
+        worker=worker,
+        mode=mode,
+        adaptive=adaptive,
+        concurrency=args.concurrency,
+        rates=rates,
+        max_concurrency=args.max_concurrency,
+        step_seconds=args.step_seconds,
+        warmup_seconds=args.warmup_seconds,
+        sample_interval_s=args.sample_interval,
+        vllm_metrics=metrics,
+        dcgm_exporter=args.dcgm_exporter,
+        slos=slos,
+        workers=args.workers,
+        external_workers=args.external_workers,
+        master_bind=args.master_bind,
+        master_port=args.master_port,
+        error_threshold=args.error_threshold,
+        max_lag_s=args.max_lag,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("headroom sweep: not built yet")
+    from loadgen.analysis import parse_slo
+    from loadgen.preflight import normalise_target, probe_stream, resolve_model
+    from loadgen.progress import Progress
+    from loadgen.prompts import load_jsonl
+    from loadgen.sweep import Sweep, build_sampler
+
+    for slo in args.slo:
+        parse_slo(slo)  # a typo fails before any network traffic
+    target = normalise_target(args.target)
+    if args.prompts:
+        load_jsonl(args.prompts, args.api, args.output_tokens)  # bad file: fail before any load
+    if args.rates is None and args.concurrency is None and args.max_concurrency < 1:
+        raise ConfigError("--max-concurrency must be at least 1")
+    model = resolve_model(target, args.model)
+    cfg = config_from_args(args, model, target)
+    probe_stream(target, model, args.api, timeout=min(60.0, args.request_timeout))
+    sampler, notes = build_sampler(cfg, nvml=args.nvml)
+    progress = Progress(quiet=args.quiet)
+    progress.message(f"sweeping {target} (model {model}), results in {args.out}")
+    for n in notes:
+        progress.message(f"note: {n}")
+    sweep = Sweep(cfg, Path(args.out), sampler=sampler, progress=progress, resume=args.resume,
+                  argv=["headroom", *sys.argv[1:]], notes=notes)  # fmt: skip
+    result = sweep.run()
+    sat = result.saturation
+    unit = "concurrency" if cfg.mode == "closed" else "rate"
+    load = sat.concurrency if cfg.mode == "closed" else sat.rate
+    if sat.reached:
+        cap = f", inferred cap {sat.inferred_cap}" if sat.inferred_cap is not None else ""
+        progress.message(
+            f"saturation at {unit} {load:g}: {sat.output_tokens_per_s or 0:.1f} tok/s, "
+            f"cause {sat.cause or 'unknown'}{cap}"
+            if load is not None
+            else f"saturated: {sat.reason}"
+        )
+    else:
+        progress.message(f"saturation {sat.reason}")
+    if result.goodput is not None:
+        g = result.goodput
+        gl = g.concurrency if cfg.mode == "closed" else g.rate
+        progress.message(
+            f"goodput: {unit} {gl:g}, {g.output_tokens_per_s:.1f} tok/s"
+            if g.met
+            else f"goodput: {g.reason}"
+        )
+    progress.message(f"wrote {Path(args.out) / 'sweep.json'} and report.html ({result.stopped})")
+    return 0 if result.stopped in ("complete", "saturated-by-errors", "interrupted") else 1

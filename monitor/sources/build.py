@@ -30,6 +30,7 @@ def build_sources(
     nvml: bool = True,
     dcgm: bool = False,
     gpm: bool = True,
+    gpu_util_every_s: float = 0.0,
     host: bool = True,
     host_pids: Sequence[int] = (),
     timeout: float = 2.0,
@@ -41,7 +42,7 @@ def build_sources(
         from monitor.sources.nvml import NvmlSource
 
         try:
-            src = NvmlSource(gpm=gpm)
+            src = NvmlSource(gpm=gpm, util_every_s=gpu_util_every_s)
             sources.append(src)
             notes.extend(getattr(src, "notes", ()))
         except SourceUnavailable as exc:

@@ -1,0 +1,237 @@
+"""Pure sweep analysis: Little's law, the saturation point and its cause, goodput under SLOs.
+
+DESIGN.md's rules: the saturation point is the step after which throughput
+grows by less than ~10% per doubling of load while latency climbs, or after
+which requests start to queue at the engine; its cause is the diagnosis at
+the first step past it, where the limit shows. Goodput is the largest load
+whose steps meet every SLO.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from loadgen.schema import Goodput, Saturation, StepResult
+from monitor.errors import ConfigError
+
+SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
+SLO_PCTS = ("p50", "p90", "p95", "p99")
+# Queueing at the engine counts once it holds at least this many requests on
+# average and this share of those running: a lone request caught between
+# finishing and admission is not a queue.
+QUEUE_MIN = 1.0
+QUEUE_SHARE = 0.1
+LATENCY_RISE = 0.05
+UNDERSERVED = 0.9  # open loop: completions below this share of the offered rate
+# Causes that describe the absence of a limit rather than one.
+_WEAK_CAUSES = {None, "idle", "starved", "unknown"}
+
+
+def parse_slo(text: str) -> tuple[str, float]:
+    """'ttft_p95=0.5' or 'itl_p95=50ms' -> ('ttft_p95_s', 0.5)."""
+    m = re.fullmatch(r"\s*([a-z0-9]+)_(p\d+)\s*=\s*([0-9.]+(?:e-?\d+)?)\s*(ms|s)?\s*", text)
+    if not m or m.group(1) not in SLO_METRICS or m.group(2) not in SLO_PCTS:
+        raise ConfigError(
+            f"bad SLO {text!r}: use METRIC_PCT=SECONDS with METRIC one of {', '.join(SLO_METRICS)} "
+            f"and PCT one of {', '.join(SLO_PCTS)}, e.g. ttft_p95=0.5"
+        )
+    value = float(m.group(3)) / (1000.0 if m.group(4) == "ms" else 1.0)
+    return f"{m.group(1)}_{m.group(2)}_s", value
+
+
+def littles_law(
+    client_in_flight: float | None,
+    engine_in_flight: float | None,
+    throughput_x_latency: float | None,
+    tolerance: float = 0.15,
+) -> tuple[float | None, bool | None]:
+    """Largest disagreement among the views present, as a share of the largest; ok within tolerance."""
+    views = [v for v in (client_in_flight, engine_in_flight, throughput_x_latency) if v is not None]
+    if len(views) < 2:
+        return None, None
+    hi, lo = max(views), min(views)
+    if hi < 0.5:
+        return 0.0, True  # nearly empty system: ratios of tiny numbers mean nothing
+    dev = (hi - lo) / hi
+    return dev, dev <= tolerance
+
+
+def load_of(step: StepResult) -> float:
+    return float(step.concurrency if step.mode == "closed" else step.rate or 0.0)
+
+
+def effective_steps(steps: Sequence[StepResult]) -> list[StepResult]:
+    """One step per load, ordered by load: the last valid measurement, else the last one.
+
+    A load measured only while the machine froze is left out: its numbers describe the freeze."""
+    by_load: dict[float, StepResult] = {}
+    for s in sorted(steps, key=lambda s: s.index):
+        if s.stalled:
+            continue
+        x = load_of(s)
+        prev = by_load.get(x)
+        if prev is None or s.valid or not prev.valid:
+            by_load[x] = s
+    return [by_load[x] for x in sorted(by_load)]
+
+
+def _latency(step: StepResult) -> float | None:
+    return step.e2e_p50_s if step.e2e_p50_s is not None else step.ttft_p50_s
+
+
+def queueing(step: StepResult) -> bool:
+    w = step.waiting_mean
+    if w is None:
+        return False
+    return w >= QUEUE_MIN and w >= QUEUE_SHARE * (step.running_mean or 0.0)
+
+
+def gain_per_doubling(a: StepResult, b: StepResult) -> float:
+    xa, xb = load_of(a), load_of(b)
+    if xa <= 0 or xb <= xa:
+        return math.inf
+    if a.output_tokens_per_s <= 0:
+        return math.inf if b.output_tokens_per_s > 0 else 0.0
+    ratio = b.output_tokens_per_s / a.output_tokens_per_s
+    if ratio <= 0:
+        return -1.0
+    return ratio ** (1.0 / math.log2(xb / xa)) - 1.0
+
+
+def _limit_reason(a: StepResult, b: StepResult, gain_threshold: float) -> str | None:
+    """Why load b is past the knee (a being the step before it), or None if it is not."""
+    if queueing(b):
+        return f"requests queue at the engine (waiting {b.waiting_mean:.1f})"
+    if b.mode == "open" and b.rate and b.requests_per_s < UNDERSERVED * b.rate:
+        return f"completes {b.requests_per_s:.2f} of {b.rate:.2f} req/s offered"
+    gain = gain_per_doubling(a, b)
+    la, lb = _latency(a), _latency(b)
+    rising = la is not None and lb is not None and lb > la * (1 + LATENCY_RISE)
+    if gain < gain_threshold and rising:
+        return (
+            f"throughput +{100 * gain:.0f}% per doubling (< {100 * gain_threshold:.0f}%) "
+            f"while latency rose {la:.3g} -> {lb:.3g} s"
+        )
+    return None
+
+
+def _cause(b: StepResult, a: StepResult | None) -> str | None:
+    if b.client_limited:
+        return "client-limited"
+    if b.verdict not in _WEAK_CAUSES:
+        return b.verdict
+    if a is not None and a.verdict not in _WEAK_CAUSES:
+        return a.verdict
+    return b.verdict
+
+
+CAP_CAUSES = {"seq-cap", "kv-cap", "token-cap"}
+
+
+def _inferred_cap(saturated: Sequence[StepResult], cause: str | None) -> int | None:
+    """The plateau of running while requests wait: the engine's concurrency limit.
+
+    Only for the scheduler caps: a GPU that is simply full also makes requests
+    wait, but the number running there is not a setting anyone can raise."""
+    if cause not in CAP_CAUSES:
+        return None
+    plateaus = [s.running_max for s in saturated if queueing(s) and s.running_max is not None]
+    return int(round(max(plateaus))) if plateaus else None
+
+
+def _saturation_at(step: StepResult | None, **kw) -> Saturation:
+    if step is None:
+        return Saturation(reached=True, **kw)
+    return Saturation(
+        reached=True,
+        concurrency=step.concurrency,
+        rate=step.rate,
+        output_tokens_per_s=step.output_tokens_per_s,
+        requests_per_s=step.requests_per_s,
+        step_index=step.index,
+        **kw,
+    )
+
+
+def find_saturation(
+    steps: Sequence[StepResult],
+    gain_threshold: float = 0.10,
+    error_threshold: float = 0.10,
+) -> Saturation:
+    ordered = effective_steps(steps)
+    if not ordered:
+        return Saturation(reached=False, reason="no steps measured")
+    for i, b in enumerate(ordered):
+        if b.error_ratio > error_threshold:
+            a = ordered[i - 1] if i else None
+            return _saturation_at(
+                a,
+                cause="errors",
+                inferred_cap=None,
+                reason=f"saturated by errors: {100 * b.error_ratio:.0f}% of requests failed at load "
+                f"{load_of(b):g}",
+            )
+    if queueing(ordered[0]):
+        first = ordered[0]
+        cause = _cause(first, None)
+        return _saturation_at(
+            first,
+            cause=cause,
+            inferred_cap=_inferred_cap(ordered, cause),
+            reason=f"already saturated at the lowest load ({load_of(first):g}): requests queue",
+        )
+    for i in range(1, len(ordered)):
+        a, b = ordered[i - 1], ordered[i]
+        why = _limit_reason(a, b, gain_threshold)
+        if why is None:
+            continue
+        cause = _cause(b, a)
+        return _saturation_at(
+            a,
+            cause=cause,
+            inferred_cap=_inferred_cap(ordered[i:], cause),
+            reason=f"past load {load_of(a):g}: {why}",
+        )
+    top = max(ordered, key=lambda s: s.output_tokens_per_s)
+    return Saturation(
+        reached=False,
+        concurrency=top.concurrency,
+        rate=top.rate,
+        output_tokens_per_s=top.output_tokens_per_s,
+        requests_per_s=top.requests_per_s,
+        step_index=top.index,
+        reason=f"not reached: throughput still grew at the highest load ({load_of(ordered[-1]):g})",
+    )
+
+
+def meets(step: StepResult, slos: dict[str, float], error_threshold: float) -> bool:
+    if step.error_ratio > error_threshold or not step.valid:
+        return False
+    for key, limit in slos.items():
+        v = getattr(step, key, None)
+        if v is None or v > limit:
+            return False
+    return True
+
+
+def find_goodput(
+    steps: Sequence[StepResult], slos: dict[str, float], error_threshold: float = 0.10
+) -> Goodput | None:
+    if not slos:
+        return None
+    good = [s for s in effective_steps(steps) if meets(s, slos, error_threshold)]
+    if not good:
+        return Goodput(slos=slos, met=False, reason="no step met every SLO")
+    best = max(good, key=load_of)
+    return Goodput(
+        slos=slos,
+        met=True,
+        concurrency=best.concurrency,
+        rate=best.rate,
+        output_tokens_per_s=best.output_tokens_per_s,
+        requests_per_s=best.requests_per_s,
+        step_index=best.index,
+        reason=f"largest load meeting every SLO: {load_of(best):g}",
+    )

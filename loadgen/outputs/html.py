@@ -1,0 +1,102 @@
+"""report.html: one self-contained file (plots inlined as base64), readable offline."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from loadgen.analysis import load_of
+from loadgen.schema import SweepResult
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
+th{background:#f3f3f3}td.l{text-align:left}.bad{color:#b00}.box{background:#f7f7f7;padding:1em;border-radius:6px}
+img{max-width:100%;margin:0.5em 0}code{background:#f3f3f3;padding:1px 4px}
+"""
+
+
+def _f(v, spec: str = ".3g") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _e(v) -> str:
+    return html.escape(str(v))
+
+
+def render_html(result: SweepResult, plots: list[Path]) -> str:
+    c = result.config
+    sat = result.saturation
+    unit = "concurrency" if c.mode == "closed" else "rate (req/s)"
+    sat_load = sat.concurrency if c.mode == "closed" else sat.rate
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>headroom sweep</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>headroom sweep of {_e(c.worker.target)}</h1>",
+        f"<p>model <code>{_e(c.worker.model)}</code>, {_e(c.worker.api)} API, {_e(c.mode)} loop, "
+        f"{len(result.steps)} steps of {c.step_seconds:g} s after {c.warmup_seconds:g} s warm-up; "
+        f"stopped: {_e(result.stopped)}</p>",
+        "<div class='box'>",
+    ]
+    if sat.reached:
+        parts.append(
+            f"<p><b>Saturation</b> at {unit} {_e(_f(sat_load, 'g'))}: {_f(sat.output_tokens_per_s, '.1f')} output tok/s, "
+            f"{_f(sat.requests_per_s, '.2f')} req/s. <b>Limiting cause:</b> {_e(sat.cause or 'unknown')}"
+            + (f" (inferred cap {sat.inferred_cap})" if sat.inferred_cap is not None else "")
+            + f".<br>{_e(sat.reason)}</p>"
+        )
+    else:
+        parts.append(f"<p><b>Saturation not reached.</b> {_e(sat.reason)}</p>")
+    g = result.goodput
+    if g is not None:
+        slos = ", ".join(f"{k.removesuffix('_s')} &le; {v:g} s" for k, v in g.slos.items())
+        if g.met:
+            gl = g.concurrency if c.mode == "closed" else g.rate
+            parts.append(
+                f"<p><b>Goodput</b> ({slos}): {unit} {_e(_f(gl, 'g'))}, "
+                f"{_f(g.output_tokens_per_s, '.1f')} tok/s, {_f(g.requests_per_s, '.2f')} req/s.</p>"
+            )
+        else:
+            parts.append(f"<p><b>Goodput</b> ({slos}): {_e(g.reason)}.</p>")
+    parts.append("</div><h2>Steps</h2><table><tr>")
+    heads = ["#", unit, "req/s", "tok/s", "TTFT p50", "TTFT p95", "ITL p50", "ITL p95", "e2e p50",
+             "errors", "client in-flight", "engine R+Q", "running", "waiting", "Little ok",
+             "client CPU", "GPU util", "verdict", "notes"]  # fmt: skip
+    parts.append("".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr>")
+    for s in sorted(result.steps, key=load_of):
+        notes = s.invalid_reason or ""
+        cells = [
+            s.index, _f(load_of(s), "g"), _f(s.requests_per_s, ".2f"), _f(s.output_tokens_per_s, ".1f"),
+            _f(s.ttft_p50_s, ".4f"), _f(s.ttft_p95_s, ".4f"), _f(s.itl_p50_s, ".4f"), _f(s.itl_p95_s, ".4f"),
+            _f(s.e2e_p50_s, ".3f"), f"{100 * s.error_ratio:.1f}%", _f(s.client_in_flight_mean, ".1f"),
+            _f(s.engine_in_flight_mean, ".1f"), _f(s.running_mean, ".1f"), _f(s.waiting_mean, ".1f"),
+            "-" if s.littles_law_ok is None else ("yes" if s.littles_law_ok else "NO"),
+            "-" if s.client_cpu_ratio is None else f"{100 * s.client_cpu_ratio:.0f}%",
+            "-" if s.gpu.util is None else f"{100 * s.gpu.util:.0f}%",
+        ]  # fmt: skip
+        row = "".join(f"<td>{_e(x)}</td>" for x in cells)
+        row += f"<td class='l'>{_e(s.verdict or '-')}</td><td class='l bad'>{_e(notes)}</td>"
+        parts.append(f"<tr>{row}</tr>")
+    parts.append("</table>")
+    for p in plots:
+        data = base64.b64encode(p.read_bytes()).decode("ascii")
+        parts.append(
+            f"<h3>{_e(p.stem.replace('_', ' '))}</h3><img alt='{_e(p.stem)}' src='data:image/png;base64,{data}'>"
+        )
+    if result.notes:
+        parts.append(
+            "<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in result.notes) + "</ul>"
+        )
+    env = result.environment
+    parts.append(
+        f"<h2>Environment</h2><p>headroom {_e(env.headroom_version)}, Python {_e(env.python)}, "
+        f"Locust {_e(env.locust_version)}, {_e(env.platform)}, host {_e(env.hostname)} "
+        f"({env.cpu_count} CPUs)</p>"
+    )
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def write_html(path: Path, result: SweepResult, plots: list[Path]) -> None:
+    path.write_text(render_html(result, plots), encoding="utf-8")

@@ -1,0 +1,141 @@
+"""PNG plots of a sweep (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from loadgen.analysis import effective_steps, load_of  # noqa: E402
+from loadgen.schema import StepResult, SweepResult  # noqa: E402
+
+PLOTS = ("throughput.png", "latency.png", "latency_vs_throughput.png", "engine.png")
+
+
+def _xs(steps: Sequence[StepResult]) -> list[float]:
+    return [load_of(s) for s in steps]
+
+
+def _series(steps: Sequence[StepResult], name: str) -> list[float]:
+    out = []
+    for s in steps:
+        v = getattr(s, name)
+        out.append(float("nan") if v is None else float(v))
+    return out
+
+
+def _xlabel(result: SweepResult) -> str:
+    return (
+        "concurrency (requests in flight)"
+        if result.config.mode == "closed"
+        else "offered rate (req/s)"
+    )
+
+
+def _mark_saturation(ax, result: SweepResult) -> None:
+    sat = result.saturation
+    x = sat.concurrency if result.config.mode == "closed" else sat.rate
+    if sat.reached and x is not None:
+        label = f"saturation ({sat.cause or 'cause unknown'})"
+        ax.axvline(x, color="tab:red", linestyle="--", linewidth=1, label=label)
+
+
+def _log2_axis(ax, xs: list[float]) -> None:
+    if xs and min(xs) > 0 and max(xs) / min(xs) >= 4:
+        ax.set_xscale("log", base=2)
+
+
+def write_plots(out: Path, result: SweepResult) -> list[Path]:
+    steps = effective_steps(result.steps)
+    paths: list[Path] = []
+    if not steps:
+        return paths
+    xs = _xs(steps)
+    xl = _xlabel(result)
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(xs, _series(steps, "output_tokens_per_s"), "o-", label="output tok/s")
+    ax.set_xlabel(xl)
+    ax.set_ylabel("output tokens/s")
+    _log2_axis(ax, xs)
+    ax2 = ax.twinx()
+    ax2.plot(xs, _series(steps, "requests_per_s"), "s--", color="tab:green", label="req/s")
+    ax2.set_ylabel("requests/s")
+    _mark_saturation(ax, result)
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+    ax.set_title("Throughput vs load")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(_save(fig, out / "throughput.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, style in (("ttft_p50_s", "o-"), ("ttft_p95_s", "o:"), ("itl_p50_s", "s-"),
+                        ("itl_p95_s", "s:"), ("e2e_p50_s", "^-")):  # fmt: skip
+        ax.plot(xs, _series(steps, name), style, label=name.removesuffix("_s").replace("_", " "))
+    ax.set_yscale("log")
+    ax.set_xlabel(xl)
+    ax.set_ylabel("seconds")
+    _log2_axis(ax, xs)
+    _mark_saturation(ax, result)
+    ax.legend(fontsize=8)
+    ax.set_title("Latency vs load")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    paths.append(_save(fig, out / "latency.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    tput = _series(steps, "output_tokens_per_s")
+    for name, style in (("ttft_p95_s", "o-"), ("e2e_p50_s", "^-"), ("itl_p95_s", "s-")):
+        ax.plot(tput, _series(steps, name), style, label=name.removesuffix("_s").replace("_", " "))
+    for s, x, y in zip(steps, tput, _series(steps, "e2e_p50_s")):
+        ax.annotate(
+            f"{load_of(s):g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("output tokens/s")
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=8)
+    ax.set_title("Latency vs throughput (labels: load)")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    paths.append(_save(fig, out / "latency_vs_throughput.png"))
+
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    for name in ("util", "sm_active", "tensor_active", "dram_active"):
+        ys = [
+            float("nan") if getattr(s.gpu, name) is None else 100 * getattr(s.gpu, name)
+            for s in steps
+        ]
+        ax.plot(xs, ys, "o-", label=name)
+    if not any(s.gpu.gpus for s in steps):
+        ax.text(0.5, 0.5, "no GPU readings (give --dcgm-exporter or --nvml)", ha="center",
+                va="center", transform=ax.transAxes, color="gray")  # fmt: skip
+    ax.set_ylabel("GPU activity (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("GPU activity and engine queues vs load")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    _mark_saturation(ax, result)
+    bx.plot(xs, _series(steps, "running_mean"), "o-", label="running")
+    bx.plot(xs, _series(steps, "waiting_mean"), "s-", label="waiting")
+    bx.plot(xs, _series(steps, "client_in_flight_mean"), "x:", label="client in-flight")
+    bx.set_xlabel(xl)
+    bx.set_ylabel("requests")
+    _log2_axis(bx, xs)
+    bx.legend(fontsize=8)
+    bx.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(_save(fig, out / "engine.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,66 @@
+"""Which load to try next: a fixed list, or adaptive (double until saturation, then bisect)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loadgen.analysis import find_saturation, load_of
+from loadgen.schema import StepResult
+
+
+class FixedPlan:
+    def __init__(self, loads: Sequence[float]) -> None:
+        self.loads = list(loads)
+
+    def next(self, steps: Sequence[StepResult]) -> float | None:
+        done = {load_of(s) for s in steps}
+        for x in self.loads:
+            if float(x) not in done:
+                return x
+        return None
+
+
+class AdaptivePlan:
+    """Doubles from ``start`` until the analysis finds the knee, then bisects between the
+    knee and the first step past it ``refine`` times (integers for concurrency)."""
+
+    def __init__(
+        self,
+        start: float,
+        maximum: float,
+        refine: int = 2,
+        integer: bool = True,
+        gain_threshold: float = 0.10,
+        error_threshold: float = 0.10,
+    ) -> None:
+        self.start = start
+        self.maximum = maximum
+        self.refine = refine
+        self.integer = integer
+        self.gain_threshold = gain_threshold
+        self.error_threshold = error_threshold
+        self._refined = 0
+
+    def next(self, steps: Sequence[StepResult]) -> float | None:
+        if not steps:
+            return self.start
+        sat = find_saturation(steps, self.gain_threshold, self.error_threshold)
+        ordered = sorted(load_of(s) for s in steps)
+        if not sat.reached:
+            x = ordered[-1] * 2
+            return x if x <= self.maximum else None
+        if sat.cause == "errors" or sat.step_index is None:
+            return None
+        knee = next(load_of(s) for s in steps if s.index == sat.step_index)
+        above = [x for x in ordered if x > knee]
+        if not above or self._refined >= self.refine:
+            return None
+        mid = (knee + above[0]) / 2
+        if self.integer:
+            mid = float(int(mid))
+            if mid <= knee or mid >= above[0]:
+                return None
+        elif above[0] - knee < 0.02 * knee:
+            return None
+        self._refined += 1
+        return mid

@@ -1,0 +1,160 @@
+"""The raw per-request record and the worker's status line: the wire between worker and sweep.
+
+Workers append one JSON line per finished request (kind "r") and a status
+line (kind "s") a few times a second; the sweep tails the file. Start times are
+wall-clock (comparable across processes and, with NTP, hosts); every duration
+is from ``time.perf_counter`` in the process that measured it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    worker: str
+    step: int
+    start: float  # wall seconds at send
+    e2e: float | None  # seconds from send to the last byte
+    ttft: float | None  # seconds from send to the first token's bytes
+    itl: tuple[float, ...]  # gaps between token events, seconds
+    prompt_tokens: int | None
+    output_tokens: int | None  # from usage when sent, else the count of token events
+    error: str | None
+    lag: float | None = None  # open loop: how late the request started, seconds
+
+    @property
+    def end(self) -> float | None:
+        return None if self.e2e is None else self.start + self.e2e
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_line(self) -> str:
+        return json.dumps(
+            {
+                "k": "r",
+                "w": self.worker,
+                "step": self.step,
+                "t0": round(self.start, 6),
+                "e2e": None if self.e2e is None else round(self.e2e, 6),
+                "ttft": None if self.ttft is None else round(self.ttft, 6),
+                "itl": [round(g, 6) for g in self.itl],
+                "in": self.prompt_tokens,
+                "out": self.output_tokens,
+                "err": self.error,
+                "lag": None if self.lag is None else round(self.lag, 6),
+            },
+            separators=(",", ":"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    worker: str
+    pid: int
+    time: float  # wall
+    cpu_seconds: float  # the worker process's cumulative CPU
+    in_flight: int
+    oldest_start: float | None  # wall start of the oldest request still in flight
+    step: int
+    users: int
+    sent: int  # requests started so far
+    max_lag: float | None = None  # open loop: worst lateness since the last status
+
+    def to_line(self) -> str:
+        return json.dumps(
+            {
+                "k": "s",
+                "w": self.worker,
+                "pid": self.pid,
+                "t": round(self.time, 6),
+                "cpu": round(self.cpu_seconds, 4),
+                "in": self.in_flight,
+                "oldest": self.oldest_start,
+                "step": self.step,
+                "users": self.users,
+                "sent": self.sent,
+                "lag": self.max_lag,
+            },
+            separators=(",", ":"),
+        )
+
+
+def parse_line(line: str) -> RequestRecord | WorkerStatus | dict | None:
+    """One line of the stream: a record, a status, another event (dict), or None if unreadable."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    kind = obj.get("k")
+    if kind == "r":
+        return RequestRecord(
+            worker=str(obj.get("w", "")),
+            step=int(obj.get("step", -1)),
+            start=float(obj["t0"]),
+            e2e=obj.get("e2e"),
+            ttft=obj.get("ttft"),
+            itl=tuple(obj.get("itl") or ()),
+            prompt_tokens=obj.get("in"),
+            output_tokens=obj.get("out"),
+            error=obj.get("err"),
+            lag=obj.get("lag"),
+        )
+    if kind == "s":
+        return WorkerStatus(
+            worker=str(obj.get("w", "")),
+            pid=int(obj.get("pid", 0)),
+            time=float(obj["t"]),
+            cpu_seconds=float(obj.get("cpu", 0.0)),
+            in_flight=int(obj.get("in", 0)),
+            oldest_start=obj.get("oldest"),
+            step=int(obj.get("step", -1)),
+            users=int(obj.get("users", 0)),
+            sent=int(obj.get("sent", 0)),
+            max_lag=obj.get("lag"),
+        )
+    return obj
+
+
+class RecordTail:
+    """Reads the lines appended to a file since the last call; a partial last line waits."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._pos = 0
+        self._partial = b""
+
+    def skip_existing(self) -> None:
+        """Start after whatever the file already holds."""
+        try:
+            self._pos = os.path.getsize(self.path)
+        except OSError:
+            self._pos = 0
+        self._partial = b""
+
+    def read_new(self) -> Iterator[RequestRecord | WorkerStatus | dict]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._pos)
+                data = fh.read()
+                self._pos = fh.tell()
+        except FileNotFoundError:
+            return
+        if not data:
+            return
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        for raw in lines:
+            if raw.strip():
+                item = parse_line(raw.decode("utf-8", errors="replace"))
+                if item is not None:
+                    yield item

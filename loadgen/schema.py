@@ -1,0 +1,193 @@
+"""Versioned sweep schemas: what a sweep was asked to do and what it found.
+
+``sweep.json`` and each line of ``steps.jsonl`` are these models dumped to
+JSON; scripts read them, so add fields, never rename them, and bump
+``SCHEMA_VERSION`` when a meaning changes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Mode = Literal["closed", "open"]
+Api = Literal["completions", "chat"]
+
+
+class WorkerConfig(BaseModel):
+    """Everything a Locust process needs to make requests (the sweep writes it to a file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str
+    model: str
+    api: Api = "completions"
+    input_tokens: int = 256
+    output_tokens: int = 128
+    length_dist: str = "fixed"
+    length_spread: float = 0.5
+    prompts_file: str | None = None
+    ignore_eos: bool = True
+    include_usage: bool = True
+    request_timeout_s: float = 120.0
+    arrival: Literal["poisson", "constant"] = "poisson"
+    max_in_flight: int = 20000
+    seed: int | None = None
+
+
+class SweepConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    worker: WorkerConfig
+    mode: Mode = "closed"
+    adaptive: bool = True
+    concurrency: list[int] | None = None
+    rates: list[float] | None = None
+    start_concurrency: int = 1
+    max_concurrency: int = 1024
+    start_rate: float = 1.0
+    max_rate: float = 10000.0
+    refine_steps: int = 2
+    step_seconds: float = 30.0
+    warmup_seconds: float = 10.0
+    drain_timeout_s: float = 30.0
+    sample_interval_s: float = 1.0
+    vllm_metrics: str | None = None
+    dcgm_exporter: str | None = None
+    slos: dict[str, float] = Field(default_factory=dict)
+    workers: int = 0
+    external_workers: int = 0
+    master_bind: str = "127.0.0.1"
+    master_port: int | None = None
+    error_threshold: float = 0.1
+    max_lag_s: float = 0.1
+    gain_threshold: float = 0.10
+    littles_tolerance: float = 0.15
+    stall_retries: int = 1  # measure a step again when the machine froze during it
+
+
+class GpuActivity(BaseModel):
+    util: float | None = None
+    sm_active: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    gpus: int = 0
+
+
+class StepResult(BaseModel):
+    """One load level: the client's measurements and the monitor's window over the same hold."""
+
+    schema_version: int = SCHEMA_VERSION
+    index: int
+    mode: Mode
+    concurrency: int | None = None
+    rate: float | None = None
+    hold_start: float  # wall
+    hold_end: float
+    duration_s: float
+    requests_completed: int
+    requests_failed: int
+    error_ratio: float
+    errors_sample: list[str] = Field(default_factory=list)
+    requests_per_s: float
+    output_tokens_per_s: float
+    input_tokens_per_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p90_s: float | None = None
+    ttft_p95_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p90_s: float | None = None
+    itl_p95_s: float | None = None
+    itl_p99_s: float | None = None
+    tpot_p50_s: float | None = None
+    tpot_p90_s: float | None = None
+    tpot_p95_s: float | None = None
+    tpot_p99_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p90_s: float | None = None
+    e2e_p95_s: float | None = None
+    e2e_p99_s: float | None = None
+    e2e_mean_s: float | None = None
+    # Little's law: three views of the number of requests in the system.
+    client_in_flight_mean: float | None = None
+    engine_in_flight_mean: float | None = None  # running + waiting at the engine
+    littles_law_in_flight: float | None = None  # requests/s x mean e2e
+    littles_law_deviation: float | None = None  # largest disagreement, share of the largest view
+    littles_law_ok: bool | None = None
+    # The client itself.
+    client_cpu_ratio: float | None = None  # the busiest generator process, share of one core
+    client_cpu_per_request_s: float | None = None
+    client_limited: bool = False
+    sched_lag_p50_s: float | None = None
+    sched_lag_p99_s: float | None = None
+    sched_lag_max_s: float | None = None
+    late: bool = False
+    host_stalls: int = 0  # freezes of this machine during the hold (stall probe)
+    host_stall_s: float = 0.0
+    stalled: bool = False  # the machine froze long enough to void the step
+    valid: bool = True
+    invalid_reason: str | None = None
+    # The monitor's window for the same interval.
+    gpu: GpuActivity = Field(default_factory=GpuActivity)
+    running_mean: float | None = None
+    running_max: float | None = None
+    waiting_mean: float | None = None
+    waiting_max: float | None = None
+    waiting_growth: float | None = None  # last minus first waiting reading in the hold
+    kv_cache_usage_mean: float | None = None
+    preemptions_per_s: float | None = None
+    engine_generation_tokens_per_s: float | None = None
+    verdict: str | None = None
+    verdict_confidence: float | None = None
+    verdict_summary: str | None = None
+    verdicts: list[dict] = Field(default_factory=list)
+
+
+class Saturation(BaseModel):
+    reached: bool
+    concurrency: int | None = None
+    rate: float | None = None
+    output_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    cause: str | None = None
+    inferred_cap: int | None = None
+    step_index: int | None = None
+    reason: str
+
+
+class Goodput(BaseModel):
+    slos: dict[str, float]
+    met: bool
+    concurrency: int | None = None
+    rate: float | None = None
+    output_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    step_index: int | None = None
+    reason: str = ""
+
+
+class EnvironmentInfo(BaseModel):
+    headroom_version: str
+    python: str
+    platform: str
+    hostname: str
+    cpu_count: int
+    locust_version: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    started: float
+    ended: float | None = None
+
+
+class SweepResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    config: SweepConfig
+    environment: EnvironmentInfo
+    steps: list[StepResult]
+    saturation: Saturation
+    goodput: Goodput | None = None
+    stopped: str  # "complete", "saturated-by-errors", "interrupted", "error: ..."
+    notes: list[str] = Field(default_factory=list)

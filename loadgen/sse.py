@@ -1,0 +1,106 @@
+"""Incremental parsing of an OpenAI-compatible SSE stream (completions and chat).
+
+Pure and gevent-free: the worker feeds it whatever bytes have arrived, stamped
+with the time they arrived, and it keeps the per-request timeline (first
+token, every gap) without ever waiting for more bytes than the socket gave.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class StreamState:
+    """What one response stream said so far."""
+
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    token_events: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    done: bool = False
+    error: str | None = None
+
+
+def _text_of(choice: dict) -> str | None:
+    # completions put text in "text"; chat in delta.content (or reasoning_content
+    # for reasoning models, whose first tokens are still tokens).
+    text = choice.get("text")
+    if text:
+        return text
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        for key in ("content", "reasoning_content", "reasoning"):
+            v = delta.get(key)
+            if v:
+                return v
+    return None
+
+
+class SseParser:
+    """Feed bytes as they arrive; events complete at a blank line."""
+
+    __slots__ = ("_buf", "state")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self.state = StreamState()
+
+    def feed(self, data: bytes, now: float) -> None:
+        buf = self._buf + data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        while True:
+            cut = buf.find(b"\n\n")
+            if cut < 0:
+                break
+            self._event(buf[:cut], now)
+            buf = buf[cut + 2 :]
+        self._buf = buf
+
+    def finish(self, now: float) -> None:
+        """The body ended: an event without its trailing blank line still counts."""
+        if self._buf.strip():
+            self._event(self._buf, now)
+        self._buf = b""
+
+    def _event(self, raw: bytes, now: float) -> None:
+        st = self.state
+        for line in raw.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue  # comments (": ping"), event names, ids
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                st.done = True
+                continue
+            if not payload:
+                continue
+            try:
+                obj = json.loads(payload)
+            except ValueError:
+                st.error = f"malformed SSE data: {payload[:80]!r}"
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if "error" in obj and obj["error"]:
+                err = obj["error"]
+                msg = err.get("message") if isinstance(err, dict) else str(err)
+                st.error = f"stream error: {msg}"
+                continue
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                if usage.get("prompt_tokens") is not None:
+                    st.prompt_tokens = int(usage["prompt_tokens"])
+                if usage.get("completion_tokens") is not None:
+                    st.completion_tokens = int(usage["completion_tokens"])
+            choices = obj.get("choices")
+            if choices and isinstance(choices[0], dict) and _text_of(choices[0]):
+                if st.first_token_at is None:
+                    st.first_token_at = now
+                else:
+                    st.gaps.append(now - st.last_token_at)  # type: ignore[operator]
+                st.last_token_at = now
+                st.token_events += 1

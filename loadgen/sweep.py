@@ -1,0 +1,386 @@
+"""The sweep controller: steps of load, the monitor's window for each, analysis at the end.
+
+It runs in the `headroom sweep` process (plain threads, no gevent), holds a
+monitor over the engine's metrics, and drives a separate Locust process (see
+``loadgen.driver``). Each step is appended to ``steps.jsonl`` the moment it is
+measured, so an interrupt or a crash loses nothing and ``--resume`` continues.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from loadgen import analysis
+from loadgen.driver import LocustDriver, records_between
+from loadgen.engine_view import EngineView, engine_view
+from loadgen.outputs import jsonl
+from loadgen.plan import AdaptivePlan, FixedPlan
+from loadgen.progress import Progress
+from loadgen.schema import EnvironmentInfo, GpuActivity, StepResult, SweepConfig, SweepResult
+from loadgen.stall import StallProbe
+from loadgen.stats import client_cpu, client_stats
+from monitor.errors import EndpointError, HeadroomError
+from monitor.pipeline import Monitor
+from monitor.sampler import Sampler
+from monitor.window import WindowStats, compute_window
+
+CLIENT_CPU_SATURATED = 0.9
+
+
+def _stall_budget(hold_s: float) -> float:
+    """Seconds of machine freeze a hold can take before its numbers describe the freeze."""
+    return max(1.0, 0.1 * hold_s)
+
+
+CLIENT_SHORTFALL = 0.1
+
+
+def _r(v: float | None, nd: int = 6) -> float | None:
+    return None if v is None else round(float(v), nd)
+
+
+def environment_info(argv: list[str]) -> EnvironmentInfo:
+    try:
+        from importlib.metadata import version
+
+        hv = version("headroom")
+        lv: str | None = version("locust")
+    except Exception:
+        hv, lv = "unknown", None
+    return EnvironmentInfo(
+        headroom_version=hv,
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+        cpu_count=os.cpu_count() or 0,
+        locust_version=lv,
+        argv=argv,
+        started=time.time(),
+    )
+
+
+def build_sampler(cfg: SweepConfig, nvml: bool = False) -> tuple[Sampler, list[str]]:
+    from monitor.sources.build import build_sources
+
+    urls = [cfg.vllm_metrics] if cfg.vllm_metrics else []
+    sources, notes = build_sources(vllm_urls=urls, dcgm_exporter_url=cfg.dcgm_exporter, nvml=nvml)
+    return Sampler(sources, interval=cfg.sample_interval_s), list(notes)
+
+
+class Sweep:
+    def __init__(
+        self,
+        config: SweepConfig,
+        out_dir: Path,
+        sampler: Sampler | None = None,
+        progress: Progress | None = None,
+        resume: bool = False,
+        argv: list[str] | None = None,
+        notes: list[str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.cfg = config
+        self.out = out_dir
+        self.sampler = sampler
+        self.progress = progress or Progress(quiet=True)
+        self.resume = resume
+        self.argv = argv or []
+        self.notes = list(notes or [])
+        self.python = python
+        self.steps: list[StepResult] = []
+        self.driver: LocustDriver | None = None
+        self.on_step: Callable[[StepResult], None] | None = None
+        # Gaps under 0.1 s are scheduling jitter on a busy host, not freezes.
+        self.probe = StallProbe(threshold_s=0.1)
+        # The live view for the progress line; each step's verdict comes from its own window.
+        self.monitor = (
+            Monitor(sampler, window_s=max(2.0, config.step_seconds / 2)) if sampler else None
+        )
+
+    # -- plan --------------------------------------------------------------------------------
+    def _plan(self) -> FixedPlan | AdaptivePlan:
+        c = self.cfg
+        if c.mode == "closed":
+            if not c.adaptive and c.concurrency:
+                return FixedPlan(c.concurrency)
+            return AdaptivePlan(c.start_concurrency, c.max_concurrency, c.refine_steps, True,
+                                c.gain_threshold, c.error_threshold)  # fmt: skip
+        if not c.adaptive and c.rates:
+            return FixedPlan(c.rates)
+        return AdaptivePlan(c.start_rate, c.max_rate, c.refine_steps, False,
+                            c.gain_threshold, c.error_threshold)  # fmt: skip
+
+    # -- one step ----------------------------------------------------------------------------
+    def _wait(self, until: float, index: int, conc: int | None, rate: float | None, phase: str,
+              total: float) -> None:  # fmt: skip
+        d = self.driver
+        assert d is not None
+        begin = until - total
+        while True:
+            now = time.monotonic()
+            if now >= until:
+                return
+            d.poll()
+            if not d.alive():
+                raise HeadroomError(f"the load generator exited: {d.failure_hint()}")
+            self.progress.phase(index, conc, rate, phase, now - begin, total, d.in_flight(),
+                                len(d.records), self._live_verdict())  # fmt: skip
+            time.sleep(min(0.1, max(0.0, until - now)))
+
+    def _live_verdict(self) -> str | None:
+        diagnosis = self.monitor.diagnosis() if self.monitor is not None else None
+        top = diagnosis.top if diagnosis is not None else None
+        return None if top is None else top.cause
+
+    def _window(self, start_m: float, end_m: float) -> WindowStats | None:
+        if self.sampler is None:
+            return None
+        # The tick after the hold's end carries the readings for its last interval.
+        deadline = time.monotonic() + 2 * self.cfg.sample_interval_s + 2.0
+        while time.monotonic() < deadline:
+            latest = self.sampler.latest()
+            if latest is not None and latest.t >= end_m:
+                break
+            time.sleep(0.05)
+        snaps = self.sampler.snapshots()
+        after = [s.t for s in snaps if s.t >= end_m]
+        end = min(after) if after else end_m
+        # Only ticks inside the hold: Sampler.window would add one from before it as
+        # a counter baseline, and its gauges (running, waiting) belong to the last step.
+        return compute_window(snaps, start_m, end)
+
+    def run_step(self, index: int, conc: int | None, rate: float | None) -> StepResult:
+        d = self.driver
+        assert d is not None
+        c = self.cfg
+        d.send_step(index, conc, rate)
+        applied = time.monotonic() + 30.0
+        while time.monotonic() < applied:
+            d.poll()
+            if d.step_seen(index) and (conc is None or d.users() >= conc):
+                break
+            if not d.alive():
+                raise HeadroomError(f"the load generator exited: {d.failure_hint()}")
+            time.sleep(0.05)
+        t = time.monotonic()
+        self._wait(t + c.warmup_seconds, index, conc, rate, "warm-up", c.warmup_seconds)
+        start_m, start_w = time.monotonic(), time.time()
+        self._wait(start_m + c.step_seconds, index, conc, rate, "hold", c.step_seconds)
+        end_m, end_w = time.monotonic(), time.time()
+        # Keep the load on until every request begun in the hold has finished and
+        # been reported, so tokens delivered inside the hold are all counted.
+        drain = time.monotonic() + c.drain_timeout_s
+        while time.monotonic() < drain:
+            d.poll()
+            seen, oldest = d.status_time(), d.oldest_in_flight()
+            if seen is not None and seen >= end_w and (oldest is None or oldest >= end_w):
+                break
+            time.sleep(0.05)
+        window = self._window(start_m, end_m)
+        step = self._measure(index, conc, rate, start_w, end_w, window)
+        n, lost = self.probe.stalls(start_m, end_m)
+        if n:
+            update: dict = {"host_stalls": n, "host_stall_s": round(lost, 3)}
+            if lost > _stall_budget(c.step_seconds):
+                why = f"this machine froze {lost:.1f} s during the hold"
+                update["valid"] = False
+                update["stalled"] = True
+                update["invalid_reason"] = "; ".join(x for x in (step.invalid_reason, why) if x)
+            step = step.model_copy(update=update)
+        return step
+
+    def _measure(self, index: int, conc: int | None, rate: float | None, start: float,
+                 end: float, window: WindowStats | None) -> StepResult:  # fmt: skip
+        d = self.driver
+        assert d is not None
+        c = self.cfg
+        cs = client_stats(records_between(d.records, start, end), start, end)
+        cpu = client_cpu(d.statuses, start, end)
+        ev = engine_view(window) if window is not None else None
+        dev, ok = analysis.littles_law(
+            cs.in_flight_mean,
+            ev.in_flight if ev is not None else None,
+            cs.littles_law_in_flight,
+            c.littles_tolerance,
+        )
+        reasons = []
+        if cpu.busiest_ratio is not None and cpu.busiest_ratio >= CLIENT_CPU_SATURATED:
+            reasons.append(f"a generator process used {100 * cpu.busiest_ratio:.0f}% of a core")
+        if (
+            conc is not None
+            and cs.in_flight_mean < conc * (1 - CLIENT_SHORTFALL)
+            and cs.error_ratio < 0.5
+        ):
+            reasons.append(f"it held {cs.in_flight_mean:.1f} of {conc} requests in flight")
+        if rate is not None and cs.requests_started < rate * cs.duration_s * (1 - CLIENT_SHORTFALL):
+            reasons.append(
+                f"it started {cs.requests_started / cs.duration_s:.2f} of {rate:g} req/s"
+            )
+        if ev is not None and ev.verdict == "client-limited" and not reasons:
+            reasons.append(ev.verdict_summary or "the diagnosis says client-limited")
+        late = (
+            rate is not None and cs.sched_lag_p99_s is not None and cs.sched_lag_p99_s > c.max_lag_s
+        )
+        invalid = []
+        if late:
+            invalid.append(
+                f"generator late: p99 start lag {cs.sched_lag_p99_s:.3f} s > {c.max_lag_s} s"
+            )
+        if reasons:
+            invalid.append("client-limited: " + "; ".join(reasons))
+        started = cs.requests_started
+        e = ev or EngineView(gpu=GpuActivity())
+        return StepResult(
+            index=index,
+            mode=c.mode,
+            concurrency=conc,
+            rate=rate,
+            hold_start=round(start, 6),
+            hold_end=round(end, 6),
+            duration_s=round(cs.duration_s, 4),
+            requests_completed=cs.requests_completed,
+            requests_failed=cs.requests_failed,
+            error_ratio=round(cs.error_ratio, 5),
+            errors_sample=list(cs.errors_sample),
+            requests_per_s=round(cs.requests_per_s, 5),
+            output_tokens_per_s=round(cs.output_tokens_per_s, 4),
+            input_tokens_per_s=_r(cs.input_tokens_per_s, 4),
+            **{
+                f"{m}_{p}_s": _r(getattr(cs, m)[p])
+                for m in ("ttft", "itl", "tpot", "e2e")
+                for p in ("p50", "p90", "p95", "p99")
+            },  # fmt: skip
+            e2e_mean_s=_r(cs.e2e_mean_s),
+            client_in_flight_mean=_r(cs.in_flight_mean, 4),
+            engine_in_flight_mean=_r(e.in_flight, 4),
+            littles_law_in_flight=_r(cs.littles_law_in_flight, 4),
+            littles_law_deviation=_r(dev, 4),
+            littles_law_ok=ok,
+            client_cpu_ratio=_r(cpu.busiest_ratio, 4),
+            client_cpu_per_request_s=_r(cpu.total_cpu_s / started, 6)
+            if cpu.total_cpu_s and started
+            else None,
+            client_limited=bool(reasons),
+            sched_lag_p50_s=_r(cs.sched_lag_p50_s),
+            sched_lag_p99_s=_r(cs.sched_lag_p99_s),
+            sched_lag_max_s=_r(cs.sched_lag_max_s),
+            late=late,
+            valid=not invalid,
+            invalid_reason="; ".join(invalid) or None,
+            gpu=e.gpu,
+            running_mean=_r(e.running_mean, 3),
+            running_max=_r(e.running_max, 3),
+            waiting_mean=_r(e.waiting_mean, 3),
+            waiting_max=_r(e.waiting_max, 3),
+            waiting_growth=_r(e.waiting_growth, 3),
+            kv_cache_usage_mean=_r(e.kv_cache_usage_mean, 4),
+            preemptions_per_s=_r(e.preemptions_per_s, 4),
+            engine_generation_tokens_per_s=_r(e.generation_tokens_per_s, 3),
+            verdict=e.verdict,
+            verdict_confidence=e.verdict_confidence,
+            verdict_summary=e.verdict_summary,
+            verdicts=e.verdicts,
+        )
+
+    # -- the whole sweep -------------------------------------------------------------------
+    def run(self) -> SweepResult:
+        c = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        env = environment_info(self.argv)
+        steps_file = self.out / "steps.jsonl"
+        if self.resume:
+            self.steps = [s for s in jsonl.read_steps(steps_file) if s.mode == c.mode]
+            if self.steps:
+                self.progress.message(f"resuming after {len(self.steps)} measured steps")
+        elif steps_file.exists() and steps_file.stat().st_size > 0:
+            raise HeadroomError(f"{steps_file} already holds steps: use --resume, or another --out")
+        plan = self._plan()
+        self.driver = LocustDriver(
+            c.worker, c.mode, self.out, c.workers, c.external_workers,
+            master_bind=c.master_bind, master_port=c.master_port, python=self.python,
+        )  # fmt: skip
+        self.driver.target = (None, None)
+        if self.sampler is not None:
+            self.sampler.load_provider = self._load_figures
+            self.sampler.start()
+        stopped = "complete"
+        error: HeadroomError | None = None
+        self.probe.start()
+        try:
+            self.driver.start()
+            index = max((s.index for s in self.steps), default=-1) + 1
+            while True:
+                x = plan.next(self.steps)
+                if x is None:
+                    break
+                conc, rate = (int(x), None) if c.mode == "closed" else (None, float(x))
+                for attempt in range(1 + max(0, c.stall_retries)):
+                    step = self.run_step(index, conc, rate)
+                    index += 1
+                    self.steps.append(step)
+                    jsonl.append_step(steps_file, step)
+                    self.progress.step_done(step)
+                    if self.on_step is not None:
+                        self.on_step(step)
+                    if (
+                        step.host_stall_s <= _stall_budget(c.step_seconds)
+                        or attempt == c.stall_retries
+                    ):
+                        break
+                    self.progress.message(
+                        f"step {step.index}: the machine froze; measuring it again"
+                    )
+                if step.requests_completed == 0 and step.requests_failed > 0:
+                    sample = step.errors_sample[0] if step.errors_sample else "unknown error"
+                    raise EndpointError(
+                        f"every request failed at load {analysis.load_of(step):g}: {sample}"
+                    )
+                if step.error_ratio > c.error_threshold:
+                    stopped = "saturated-by-errors"
+                    break
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        except HeadroomError as exc:
+            stopped = f"error: {exc}"
+            error = exc
+        finally:
+            self.probe.stop()
+            if self.driver is not None:
+                self.driver.stop()
+            if self.sampler is not None:
+                self.sampler.close()
+        env.ended = time.time()
+        result = self.result(env, stopped)
+        from loadgen.outputs import write_all
+
+        write_all(self.out, result)
+        if error is not None:
+            raise error
+        return result
+
+    def _load_figures(self) -> tuple[tuple[str, float], ...]:
+        d = self.driver
+        if d is None:
+            return ()
+        figs = list(d.load_figures())
+        if d.target[1] is not None:
+            figs = [(("target_rate_rps" if k == "target_rate" else k), v) for k, v in figs]
+        return tuple(figs)
+
+    def result(self, env: EnvironmentInfo, stopped: str) -> SweepResult:
+        c = self.cfg
+        return SweepResult(
+            config=c,
+            environment=env,
+            steps=sorted(self.steps, key=lambda s: s.index),
+            saturation=analysis.find_saturation(self.steps, c.gain_threshold, c.error_threshold),
+            goodput=analysis.find_goodput(self.steps, c.slos, c.error_threshold),
+            stopped=stopped,
+            notes=self.notes,
+        )

@@ -1,0 +1,450 @@
+"""The Locust process: streaming OpenAI users, the step shape, and the raw record stream.
+
+Run by the sweep as ``python -m loadgen.worker_locust --role local|master|worker``;
+it is the only place (with loadgen/locust_*.py) that imports locust, whose
+import patches the process for gevent. The sweep sends one JSON command per
+line on stdin ({"cmd": "step", ...} or {"cmd": "stop"}); records and status
+lines go to the ``--records`` file (the master writes its workers' lines too).
+
+Remote workers (Locust's distributed mode) join a master started with
+``headroom sweep --workers N --external-workers M --master-bind 0.0.0.0``:
+    python -m loadgen.worker_locust --role worker --master-host HOST --master-port 5557 \
+        --mode closed --config DIR/loadgen-config.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import socket
+import sys
+import time
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.pool
+from gevent.fileobject import FileObjectPosix
+from locust import (  # importing locust patches the process for gevent
+    FastHttpUser,
+    LoadTestShape,
+    constant,
+    events,
+    task,
+)
+from locust.env import Environment
+from locust.log import setup_logging
+
+from loadgen.prompts import Prompt, PromptSource, load_jsonl
+from loadgen.records import RequestRecord, WorkerStatus
+from loadgen.schema import WorkerConfig
+from loadgen.sse import SseParser
+
+log = logging.getLogger("loadgen.worker")
+
+FLUSH_S = 0.2
+RECV_BYTES = 65536
+
+
+class _State:
+    """Per-process state the users and the control loop share (one gevent thread)."""
+
+    def __init__(self) -> None:
+        self.config: WorkerConfig | None = None
+        self.prompts: PromptSource | None = None
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
+        self.step = -1
+        self.mode = "closed"
+        self.rate = 0.0  # this process's share of the open-loop rate, req/s
+        self.in_flight: dict[int, float] = {}
+        self.sent = 0
+        self.max_lag: float | None = None
+        self.lines: list[str] = []
+        self.headers: dict[str, str] = {}
+        self.path = "/v1/completions"
+        self.ids = count()
+
+
+STATE = _State()
+
+
+def _setup(cfg: WorkerConfig) -> None:
+    STATE.config = cfg
+    file_prompts: list[Prompt] = []
+    if cfg.prompts_file:
+        file_prompts = load_jsonl(cfg.prompts_file, cfg.api, cfg.output_tokens)
+    STATE.prompts = PromptSource(
+        cfg.api,
+        cfg.input_tokens,
+        cfg.output_tokens,
+        cfg.length_dist,  # type: ignore[arg-type]
+        cfg.length_spread,
+        file_prompts,
+        seed=None if cfg.seed is None else cfg.seed + os.getpid(),
+    )
+    STATE.path = "/v1/chat/completions" if cfg.api == "chat" else "/v1/completions"
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "text/event-stream",
+        # Compression would make the server buffer tokens; we want each as it is sent.
+        "Accept-Encoding": "identity",
+    }
+    key = os.environ.get("HEADROOM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    STATE.headers = headers
+    for cls in (ClosedLoopUser, OpenLoopUser):
+        cls.network_timeout = cfg.request_timeout_s
+        cls.connection_timeout = min(30.0, cfg.request_timeout_s)
+
+
+def _body(p: Prompt, cfg: WorkerConfig) -> bytes:
+    body: dict[str, Any] = {"model": cfg.model, "max_tokens": p.max_tokens, "stream": True}
+    if p.messages is not None:
+        body["messages"] = list(p.messages)
+    else:
+        body["prompt"] = p.prompt
+    if cfg.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _error_text(resp: Any) -> str:
+    err = getattr(resp, "error", None)
+    status = getattr(resp, "status_code", 0) or 0
+    if status >= 400:
+        try:
+            content = resp.content or b""
+        except Exception:
+            content = b""
+        excerpt = content[:200].decode("utf-8", errors="replace").replace("\n", " ")
+        return f"HTTP {status}: {excerpt}"
+    if err is not None:
+        return f"{type(err).__name__}: {err}"[:300]
+    return f"HTTP {status}"
+
+
+def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
+    """Send one streaming request and record its timeline; never raises but GreenletExit."""
+    cfg = STATE.config
+    assert cfg is not None and STATE.prompts is not None
+    t_call = time.perf_counter()
+    lag = None if intended is None else max(0.0, t_call - intended)
+    if lag is not None and (STATE.max_lag is None or lag > STATE.max_lag):
+        STATE.max_lag = lag
+    step = STATE.step
+    rid = next(STATE.ids)
+    start_wall = time.time()
+    STATE.sent += 1
+    if len(STATE.in_flight) >= cfg.max_in_flight:
+        _emit(RequestRecord(STATE.worker_id, step, start_wall, None, None, (), None, None,
+                            "dropped: the client's in-flight cap was reached", lag))  # fmt: skip
+        return
+    STATE.in_flight[rid] = start_wall
+    data = _body(STATE.prompts.next(), cfg)
+    parser = SseParser()
+    raw = None
+    error: str | None = None
+    t0 = time.perf_counter()
+    end = t0
+    nbytes = 0
+    try:
+        # The session's request() would fire a Locust event timed to the headers;
+        # we fire our own once the stream ends.
+        resp = user.client._send_request_safe_mode("POST", user.host + STATE.path,
+                                                    payload=data, headers=STATE.headers)  # fmt: skip
+        if getattr(resp, "error", None) is not None or resp.status_code >= 400:
+            error = _error_text(resp)
+        else:
+            raw = resp._response
+            # Read what has arrived, stamp it, parse it: the session's iter_content
+            # waits for a full 1 KiB block and would delay each token.
+            while True:
+                buf = raw._body_buffer
+                if buf:
+                    now = time.perf_counter()
+                    chunk = bytes(buf)
+                    del buf[:]
+                    nbytes += len(chunk)
+                    parser.feed(chunk, now)
+                    end = now
+                if raw.message_complete:
+                    break
+                sock = raw._sock
+                if sock is None:
+                    error = "connection closed mid-stream"
+                    break
+                got = sock.recv(RECV_BYTES)
+                if not got:
+                    error = "connection closed mid-stream"
+                    break
+                raw.feed(got)
+            parser.finish(end)
+            st = parser.state
+            if error is None and st.error:
+                error = st.error
+            if error is None and st.token_events == 0:
+                error = "the stream carried no tokens (not an OpenAI-compatible SSE stream?)"
+    except gevent.GreenletExit:
+        if raw is not None:
+            raw.release()
+        STATE.in_flight.pop(rid, None)
+        raise
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        if raw is not None:
+            raw.release()
+    end = max(end, time.perf_counter()) if error else end
+    st = parser.state
+    e2e = end - t0
+    ttft = None if st.first_token_at is None else st.first_token_at - t0
+    out = st.completion_tokens if st.completion_tokens is not None else (st.token_events or None)
+    STATE.in_flight.pop(rid, None)
+    rec = RequestRecord(STATE.worker_id, step, start_wall, e2e, ttft, tuple(st.gaps),
+                        st.prompt_tokens, out, error, lag)  # fmt: skip
+    _emit(rec)
+    user.environment.events.request.fire(
+        request_type="POST",
+        name=STATE.path,
+        response_time=e2e * 1000.0,
+        response_length=nbytes,
+        exception=RuntimeError(error) if error else None,
+        context={"ttft": ttft, "output_tokens": out},
+        response=None,
+    )
+    if ttft is not None:
+        user.environment.events.request.fire(
+            request_type="TTFT", name=STATE.path, response_time=ttft * 1000.0,
+            response_length=0, exception=None, context={}, response=None,
+        )  # fmt: skip
+
+
+def _emit(rec: RequestRecord) -> None:
+    STATE.lines.append(rec.to_line())
+
+
+class ClosedLoopUser(FastHttpUser):
+    """One stream at a time, back to back: the sweep's concurrency is the user count."""
+
+    wait_time = constant(0)
+    concurrency = 1
+    max_retries = 0
+
+    @task
+    def one(self) -> None:
+        stream_one(self)
+
+
+class OpenLoopUser(FastHttpUser):
+    """One per process: starts requests on a Poisson or constant schedule, however many are open."""
+
+    wait_time = constant(0)
+    concurrency = 20000
+    max_retries = 0
+
+    @task
+    def dispatch(self) -> None:
+        cfg = STATE.config
+        assert cfg is not None
+        group = gevent.pool.Group()
+        rng = random.Random()
+        rate, step = STATE.rate, STATE.step
+        next_t = time.perf_counter()
+        try:
+            while True:
+                if STATE.rate != rate or STATE.step != step:
+                    rate, step = STATE.rate, STATE.step
+                    next_t = time.perf_counter()
+                if rate <= 0:
+                    gevent.sleep(0.05)
+                    continue
+                now = time.perf_counter()
+                if next_t > now:
+                    # Short naps so a new step's rate takes effect promptly.
+                    gevent.sleep(min(next_t - now, 0.05))
+                    continue
+                group.spawn(stream_one, self, next_t)
+                gap = rng.expovariate(rate) if cfg.arrival == "poisson" else 1.0 / rate
+                next_t += gap
+        finally:
+            group.kill(block=False)
+
+
+class StepShape(LoadTestShape):
+    """Holds whatever step the sweep last asked for; the sweep decides when to move on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target: tuple[int, float] | None = None
+
+    def tick(self) -> tuple[int, float] | None:
+        return self.target
+
+
+def _status(env: Environment) -> str:
+    oldest = min(STATE.in_flight.values()) if STATE.in_flight else None
+    runner = env.runner
+    st = WorkerStatus(
+        worker=STATE.worker_id,
+        pid=os.getpid(),
+        time=time.time(),
+        cpu_seconds=time.process_time(),
+        in_flight=len(STATE.in_flight),
+        oldest_start=None if oldest is None else round(oldest, 6),
+        step=STATE.step,
+        users=runner.user_count if runner is not None else 0,
+        sent=STATE.sent,
+        max_lag=None if STATE.max_lag is None else round(STATE.max_lag, 6),
+    )
+    STATE.max_lag = None
+    return st.to_line()
+
+
+def _flusher(env: Environment, write) -> None:
+    while True:
+        gevent.sleep(FLUSH_S)
+        lines, STATE.lines = STATE.lines, []
+        lines.append(_status(env))
+        write(lines)
+
+
+def _file_writer(path: str):
+    fh = open(path, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115 (lives as long as the process)
+
+    def write(lines: list[str]) -> None:
+        if lines:
+            fh.write("\n".join(lines) + "\n")
+            fh.flush()
+
+    return write
+
+
+def _apply_step(cmd: dict, shape: StepShape, processes: int) -> None:
+    STATE.step = int(cmd["step"])
+    if STATE.mode == "open":
+        STATE.rate = float(cmd["rate"]) / max(1, processes)
+        shape.target = (processes, float(processes))
+    else:
+        users = int(cmd["concurrency"])
+        # Start every user at once: the sweep's warm-up covers the ramp.
+        shape.target = (users, float(max(users, 1) * 100))
+
+
+def _read_commands(env: Environment, shape: StepShape, processes_fn, write) -> None:
+    stdin = FileObjectPosix(sys.stdin.fileno(), "rb")
+    started = False
+    while True:
+        line = stdin.readline()
+        if not line:
+            break
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            continue
+        if cmd.get("cmd") == "stop":
+            break
+        if cmd.get("cmd") != "step":
+            continue
+        n = processes_fn()
+        _apply_step(cmd, shape, n)
+        if env.runner is not None and hasattr(env.runner, "clients"):
+            for client in list(env.runner.clients.values()):
+                env.runner.send_message("hr_step", {"step": STATE.step, "rate": STATE.rate}, client.id)  # fmt: skip
+        if not started:
+            env.runner.start_shape()
+            started = True
+        write([json.dumps({"k": "step", "step": STATE.step, "t": time.time()})])
+
+
+class _QuietSpawnRate(logging.Filter):
+    """Locust warns about spawn rates over 100; starting a step's users at once is the point."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loadgen.worker_locust")
+    ap.add_argument("--role", choices=("local", "master", "worker"), default="local")
+    ap.add_argument("--config", required=True, help="WorkerConfig JSON file the sweep wrote")
+    ap.add_argument("--records", help="file to append records to (local, master)")
+    ap.add_argument("--master-host", default="127.0.0.1")
+    ap.add_argument("--master-port", type=int, default=5557)
+    ap.add_argument("--master-bind", default="127.0.0.1")
+    ap.add_argument("--expect-workers", type=int, default=0)
+    ap.add_argument("--mode", choices=("closed", "open"), default="closed")
+    ap.add_argument("--log-level", default="WARNING")
+    args = ap.parse_args(argv)
+    setup_logging(args.log_level)
+    cfg = WorkerConfig.model_validate_json(Path(args.config).read_text(encoding="utf-8"))
+    _setup(cfg)
+    STATE.mode = args.mode
+    logging.getLogger("locust.runners").addFilter(_QuietSpawnRate())
+    shape = StepShape()
+    env = Environment(
+        user_classes=[OpenLoopUser if args.mode == "open" else ClosedLoopUser],
+        shape_class=shape,
+        host=cfg.target.rstrip("/"),
+        events=events,
+    )
+    if args.role == "worker":
+        runner = env.create_worker_runner(args.master_host, args.master_port)
+
+        def on_step(msg, **_kw) -> None:
+            STATE.step = int(msg.data["step"])
+            STATE.rate = float(msg.data["rate"])
+
+        runner.register_message("hr_step", on_step)
+
+        def send(lines: list[str]) -> None:
+            runner.send_message("hr_lines", lines)
+
+        gevent.spawn(_flusher, env, send)
+        runner.greenlet.join()
+        return 0
+
+    if not args.records:
+        ap.error("--records is required for the local and master roles")
+    write = _file_writer(args.records)
+    if args.role == "master":
+        runner = env.create_master_runner(args.master_bind, args.master_port)
+        runner.register_message("hr_lines", lambda msg, **_kw: write(msg.data))
+        deadline = time.monotonic() + 120
+        while runner.worker_count < args.expect_workers and time.monotonic() < deadline:
+            gevent.sleep(0.1)
+        if runner.worker_count < args.expect_workers:
+            write([json.dumps({"k": "fatal", "msg": f"only {runner.worker_count} of "
+                               f"{args.expect_workers} Locust workers connected"})])  # fmt: skip
+            return 2
+
+        def processes() -> int:
+            return max(1, runner.worker_count)
+
+        write([json.dumps({"k": "ready", "workers": runner.worker_count, "t": time.time()})])
+    else:
+        runner = env.create_local_runner()
+        gevent.spawn(_flusher, env, write)
+
+        def processes() -> int:
+            return 1
+
+        write([json.dumps({"k": "ready", "workers": 1, "t": time.time()})])
+    try:
+        _read_commands(env, shape, processes, write)
+    finally:
+        runner.quit()
+        lines, STATE.lines = STATE.lines, []
+        if args.role == "local":
+            lines.append(_status(env))
+        write(lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

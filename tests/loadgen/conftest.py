@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+FAKE = Path(__file__).with_name("fake_openai.py")
+
+
+@pytest.fixture
+def fake_server() -> Iterator[Callable[..., str]]:
+    """Start the fake OpenAI server with the given flags; returns its base URL."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*flags: str) -> str:
+        proc = subprocess.Popen(
+            [sys.executable, str(FAKE), *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        procs.append(proc)
+        assert proc.stdout is not None
+        port = proc.stdout.readline().strip()
+        assert port.isdigit(), "fake server did not start"
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+        if p.stdout is not None:
+            p.stdout.close()

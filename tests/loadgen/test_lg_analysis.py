@@ -1,0 +1,198 @@
+"""Saturation, its cause, goodput and Little's law, table-driven on made-up steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.analysis import effective_steps, find_goodput, find_saturation, littles_law, parse_slo
+from loadgen.plan import AdaptivePlan, FixedPlan
+from loadgen.schema import StepResult
+from monitor.errors import ConfigError
+
+_I = iter(range(10_000))
+
+
+def step(x: float, tput: float, e2e: float, waiting: float = 0.0, running: float | None = None,
+         verdict: str | None = "starved", err: float = 0.0, mode: str = "closed", rps: float | None = None,
+         valid: bool = True, ttft95: float = 0.1, index: int | None = None,
+         running_max: float | None = None, client_limited: bool = False) -> StepResult:  # fmt: skip
+    return StepResult(
+        index=next(_I) if index is None else index,
+        mode=mode,
+        concurrency=int(x) if mode == "closed" else None,
+        rate=x if mode == "open" else None,
+        hold_start=0.0,
+        hold_end=10.0,
+        duration_s=10.0,
+        requests_completed=100,
+        requests_failed=0,
+        error_ratio=err,
+        requests_per_s=rps if rps is not None else tput / 100,
+        output_tokens_per_s=tput,
+        e2e_p50_s=e2e,
+        ttft_p50_s=ttft95 / 2,
+        ttft_p95_s=ttft95,
+        running_mean=running if running is not None else min(x, 1e9),
+        running_max=running_max
+        if running_max is not None
+        else (running if running is not None else x),
+        waiting_mean=waiting,
+        verdict=verdict,
+        valid=valid,
+        client_limited=client_limited,
+    )
+
+
+SEQ_CAP = [step(1, 100, 1.0), step(2, 200, 1.0), step(4, 400, 1.0), step(8, 790, 1.02),
+           step(16, 800, 2.0, waiting=8, running=8, verdict="seq-cap"),
+           step(32, 800, 4.0, waiting=24, running=8, verdict="seq-cap")]  # fmt: skip
+COMPUTE = [step(1, 100, 1.0), step(2, 190, 1.05), step(4, 340, 1.2, verdict="unknown"),
+           step(8, 500, 1.6, verdict="compute-bound"), step(16, 540, 3.0, verdict="compute-bound"),
+           step(32, 560, 5.8, verdict="compute-bound")]  # fmt: skip
+GROWING = [step(1, 100, 1.0), step(2, 200, 1.0), step(4, 390, 1.03)]
+ERRORS = [step(1, 100, 1.0), step(2, 200, 1.0), step(4, 300, 1.0, err=0.5)]
+OPEN = [step(1, 100, 1.0, mode="open", rps=1.0), step(2, 200, 1.0, mode="open", rps=2.0),
+        step(4, 260, 3.0, mode="open", rps=2.6, verdict="cpu-bound")]  # fmt: skip
+FIRST_QUEUES = [
+    step(4, 400, 2.0, waiting=4, running=4, verdict="seq-cap"),
+    step(8, 400, 4.0, waiting=12, running=4),
+]
+CLIENT = [step(1, 100, 1.0), step(2, 105, 1.8, client_limited=True, verdict="client-limited")]
+
+
+@pytest.mark.parametrize(
+    ("steps", "reached", "load", "cause", "cap"),
+    [
+        (SEQ_CAP, True, 8, "seq-cap", 8),
+        (COMPUTE, True, 8, "compute-bound", None),
+        (GROWING, False, 4, None, None),
+        (ERRORS, True, 2, "errors", None),
+        (FIRST_QUEUES, True, 4, "seq-cap", 4),
+        (CLIENT, True, 1, "client-limited", None),
+    ],
+)
+def test_saturation_table(steps, reached, load, cause, cap) -> None:
+    sat = find_saturation(steps)
+    assert sat.reached is reached
+    assert sat.concurrency == load
+    assert sat.cause == cause
+    assert sat.inferred_cap == cap
+    assert sat.reason
+
+
+def test_open_loop_underserved_rate_is_saturation() -> None:
+    sat = find_saturation(OPEN)
+    assert sat.reached and sat.rate == 2 and sat.cause == "cpu-bound"
+    assert "offered" in sat.reason
+
+
+def test_gain_rule_needs_latency_to_rise() -> None:
+    # Throughput flat but latency flat too (a noisy plateau at light load): not a knee.
+    flat = [step(1, 100, 1.0), step(2, 105, 1.0), step(4, 400, 1.0)]
+    assert not find_saturation(flat).reached
+
+
+def test_refined_steps_use_per_doubling_gain() -> None:
+    # 8 -> 12 is half a doubling: +4% throughput is ~+6% per doubling, under 10%.
+    steps = [step(4, 400, 1.0), step(8, 800, 1.0), step(12, 832, 1.4, verdict="compute-bound")]
+    sat = find_saturation(steps)
+    assert sat.concurrency == 8 and sat.cause == "compute-bound"
+
+
+def test_a_load_measured_only_during_a_freeze_is_left_out() -> None:
+    frozen = step(16, 50, 9.0, valid=False, index=200).model_copy(update={"stalled": True})
+    steps = [step(4, 400, 1.0), step(8, 800, 1.0), frozen, step(32, 1500, 1.1)]
+    assert [s.concurrency for s in effective_steps(steps)] == [4, 8, 32]
+    assert not find_saturation(steps).reached
+
+
+def test_invalid_repeat_is_replaced_by_its_valid_remeasurement() -> None:
+    stalled = step(8, 200, 5.0, valid=False, index=100).model_copy(update={"stalled": True})
+    retried = step(8, 790, 1.02, index=101)
+    steps = [s for s in SEQ_CAP if s.concurrency != 8] + [stalled, retried]
+    assert [s.index for s in effective_steps(steps) if s.concurrency == 8] == [101]
+    assert find_saturation(steps).concurrency == 8
+
+
+@pytest.mark.parametrize(
+    ("slos", "load"),
+    [({"ttft_p95_s": 0.5}, 32), ({"ttft_p95_s": 0.15}, 8), ({"ttft_p95_s": 0.01}, None)],
+)
+def test_goodput_is_the_largest_load_meeting_every_slo(slos, load) -> None:
+    steps = [
+        step(x, 100 * x, 1.0, ttft95=t)
+        for x, t in ((1, 0.05), (2, 0.06), (8, 0.1), (16, 0.3), (32, 0.45))
+    ]
+    steps.append(step(64, 6400, 1.0, ttft95=0.05, err=0.5))  # fast because it failed: excluded
+    g = find_goodput(steps, slos)
+    assert g is not None
+    assert g.met is (load is not None)
+    assert g.concurrency == load
+
+
+def test_no_slos_no_goodput() -> None:
+    assert find_goodput(SEQ_CAP, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("ttft_p95=0.5", "ttft_p95_s", 0.5),
+        ("itl_p95=50ms", "itl_p95_s", 0.05),
+        ("e2e_p99 = 2s", "e2e_p99_s", 2.0),
+    ],
+)
+def test_parse_slo(text, key, value) -> None:
+    assert parse_slo(text) == (key, pytest.approx(value))
+
+
+@pytest.mark.parametrize("text", ["ttft=0.5", "ttft_p97=1", "foo_p95=1", "ttft_p95=fast"])
+def test_bad_slo_is_a_config_error(text) -> None:
+    with pytest.raises(ConfigError, match="bad SLO"):
+        parse_slo(text)
+
+
+@pytest.mark.parametrize(
+    ("client", "engine", "lw", "ok"),
+    [
+        (16.0, 15.8, 16.1, True),
+        (16.0, 8.0, 16.0, False),
+        (16.0, None, 12.0, False),
+        (0.1, 0.3, None, True),
+        (5.0, None, None, None),
+    ],
+)
+def test_littles_law(client, engine, lw, ok) -> None:
+    dev, got = littles_law(client, engine, lw, 0.15)
+    assert got is ok
+    if ok is False:
+        assert dev > 0.15
+
+
+def test_adaptive_plan_doubles_then_bisects() -> None:
+    plan = AdaptivePlan(1, 1024, refine=2)
+    caps = 12  # an engine that runs 12 at most: throughput 100/stream up to it
+    steps: list[StepResult] = []
+    tried = []
+    while (x := plan.next(steps)) is not None:
+        tried.append(int(x))
+        run = min(x, caps)
+        steps.append(step(x, 100 * run, 1.0 * max(1.0, x / caps), waiting=max(0, x - caps), running=run,
+                          verdict="seq-cap" if x > caps else "starved"))  # fmt: skip
+    assert tried == [1, 2, 4, 8, 16, 12, 14]
+    sat = find_saturation(steps)
+    assert sat.concurrency == 12 and sat.cause == "seq-cap" and sat.inferred_cap == 12
+
+
+def test_adaptive_plan_stops_at_the_ceiling_and_on_errors() -> None:
+    plan = AdaptivePlan(1, 4)
+    steps = [step(1, 100, 1.0), step(2, 200, 1.0), step(4, 400, 1.0)]
+    assert plan.next(steps) is None
+    assert AdaptivePlan(1, 64).next(ERRORS) is None
+
+
+def test_fixed_plan_skips_measured_loads() -> None:
+    plan = FixedPlan([1, 2, 4])
+    assert plan.next([]) == 1
+    assert plan.next([step(1, 1, 1), step(2, 1, 1)]) == 4
+    assert plan.next([step(1, 1, 1), step(2, 1, 1), step(4, 1, 1)]) is None

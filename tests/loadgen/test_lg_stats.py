@@ -1,0 +1,102 @@
+"""Client metrics over a hold window, from hand-built request records."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.records import RecordTail, RequestRecord, WorkerStatus, parse_line
+from loadgen.stats import client_cpu, client_stats, percentile, tokens_in_window
+
+
+def rec(start: float, ttft: float, gaps: list[float], out: int | None = None, err: str | None = None,
+        lag: float | None = None) -> RequestRecord:  # fmt: skip
+    e2e = ttft + sum(gaps)
+    return RequestRecord(
+        "w",
+        0,
+        start,
+        e2e,
+        ttft,
+        tuple(gaps),
+        10,
+        out if out is not None else 1 + len(gaps),
+        err,
+        lag,
+    )
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([], 0.5) is None
+    assert percentile([3.0], 0.99) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == pytest.approx(2.5)
+    assert percentile([4.0, 1.0, 3.0, 2.0], 1.0) == 4.0
+
+
+def test_tokens_count_only_inside_the_window() -> None:
+    r = rec(0.0, 1.0, [1.0, 1.0, 1.0])  # tokens at 1, 2, 3, 4
+    assert tokens_in_window(r, 1.5, 3.5) == 2
+    assert tokens_in_window(r, 0.0, 10.0) == 4
+    # usage says 8 tokens came in 4 events: each event carries 2
+    r2 = rec(0.0, 1.0, [1.0, 1.0, 1.0], out=8)
+    assert tokens_in_window(r2, 1.5, 3.5) == 4
+
+
+def test_window_stats_and_littles_law() -> None:
+    # Two back-to-back streams, each request 1 s (ttft 0.2 then 4 gaps of 0.2), over 10 s.
+    records = [rec(float(t) + lane * 0.5, 0.2, [0.2] * 4) for lane in (0, 1) for t in range(0, 10)]
+    cs = client_stats(records, 2.0, 8.0)
+    # requests ending in [2, 8]: lane 0 ends at 2..8 (7), lane 1 ends at 2.5..7.5 (6)
+    assert cs.requests_completed == 13
+    assert cs.requests_per_s == pytest.approx(13 / 6)
+    assert cs.output_tokens_per_s == pytest.approx(10.0, rel=0.05)  # 2 streams x 5 tok/s
+    assert cs.in_flight_mean == pytest.approx(2.0)
+    assert cs.ttft["p50"] == pytest.approx(0.2)
+    assert cs.itl["p99"] == pytest.approx(0.2)
+    assert cs.tpot["p50"] == pytest.approx(0.2)
+    assert cs.littles_law_in_flight is None  # 13 completions: too few to judge by
+    assert cs.error_ratio == 0.0
+    # Eight streams give 52 completions: enough for throughput x latency.
+    many = [rec(float(t) + lane * 0.125, 0.2, [0.2] * 4) for lane in range(8) for t in range(0, 10)]
+    cs8 = client_stats(many, 2.0, 8.0)
+    assert cs8.requests_completed >= 20
+    assert cs8.littles_law_in_flight == pytest.approx(cs8.requests_per_s * 1.0)
+    assert cs8.littles_law_in_flight == pytest.approx(cs8.in_flight_mean, rel=0.15)
+
+
+def test_errors_and_lag() -> None:
+    records = [
+        rec(1.0, 0.1, [0.1], lag=0.001),
+        rec(2.0, 0.1, [0.1], lag=0.002),
+        RequestRecord("w", 0, 3.0, 0.01, None, (), None, None, "HTTP 500: boom", 0.2),
+        RequestRecord("w", 0, 3.5, 0.01, None, (), None, None, "HTTP 500: boom", 0.003),
+    ]
+    cs = client_stats(records, 0.0, 5.0)
+    assert cs.requests_completed == 2 and cs.requests_failed == 2
+    assert cs.error_ratio == 0.5
+    assert cs.errors_sample == ("HTTP 500: boom",)
+    assert cs.sched_lag_max_s == 0.2
+    assert cs.requests_started == 4
+
+
+def test_client_cpu_takes_the_busiest_process() -> None:
+    sts = [WorkerStatus("a", 1, t, 0.5 * t, 0, None, 0, 1, 0) for t in (0.0, 1.0, 2.0, 3.0)]
+    sts += [WorkerStatus("b", 2, t, 0.9 * t, 0, None, 0, 1, 0) for t in (0.0, 1.0, 2.0, 3.0)]
+    cpu = client_cpu(sts, 1.0, 2.0)
+    assert cpu.busiest_ratio == pytest.approx(0.9)
+    assert cpu.total_cpu_s == pytest.approx(1.4)
+    assert cpu.processes == 2
+
+
+def test_record_lines_round_trip_and_tail_waits_for_whole_lines(tmp_path) -> None:
+    r = RequestRecord("w1", 3, 1.5, 0.25, 0.125, (0.0625, 0.0625), 9, 3, None, 0.01)
+    back = parse_line(r.to_line())
+    assert back == r
+    path = tmp_path / "records.jsonl"
+    tail = RecordTail(path)
+    assert list(tail.read_new()) == []
+    line = r.to_line()
+    path.write_text(line[:20])
+    assert list(tail.read_new()) == []
+    with open(path, "a") as fh:
+        fh.write(line[20:] + "\n" + "garbage\n")
+    assert list(tail.read_new()) == [r]

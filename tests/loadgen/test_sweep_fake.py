@@ -1,0 +1,193 @@
+"""`headroom sweep` end to end against a small fake OpenAI server on loopback."""
+
+from __future__ import annotations
+
+import csv
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from headroom.cli import main
+
+QUICK = ["--step-seconds", "2", "--warmup-seconds", "1", "--output-tokens", "10", "--input-tokens", "16",
+         "--sample-interval", "0.5", "--quiet"]  # fmt: skip
+
+
+def _steps(out: Path) -> list[dict]:
+    return [
+        json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines() if line.strip()
+    ]
+
+
+def _effective(steps: list[dict]) -> list[dict]:
+    """The last measurement of each load (a step is measured again when the machine froze)."""
+    last = {s["concurrency"] or s["rate"]: s for s in steps}
+    return [last[k] for k in sorted(last)]
+
+
+def test_closed_sweep_finds_the_cap_and_writes_every_output(fake_server, tmp_path, capsys) -> None:
+    url = fake_server("--cap", "4", "--ttft", "0.05", "--itl", "0.01")
+    out = tmp_path / "sweep"
+    rc = main(["sweep", "--target", url, "--concurrency", "1,2,4,8", "--slo", "ttft_p95=0.12", *QUICK,
+               "--out", str(out)])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    result = json.loads((out / "sweep.json").read_text())
+    assert result["schema_version"] == 1
+    assert result["stopped"] == "complete"
+    sat = result["saturation"]
+    assert sat["reached"] and sat["concurrency"] == 4 and sat["inferred_cap"] == 4
+    assert (
+        result["goodput"]["met"] and result["goodput"]["concurrency"] == 4
+    )  # 8 queues: TTFT doubles
+    steps = _effective(_steps(out))
+    assert [s["concurrency"] for s in steps] == [1, 2, 4, 8]
+    by_c = {s["concurrency"]: s for s in steps}
+    # The fake sends the first token after 50 ms and one every 10 ms.
+    assert 0.045 <= by_c[1]["ttft_p50_s"] <= 0.1
+    assert 0.008 <= by_c[1]["itl_p50_s"] <= 0.02
+    assert by_c[8]["ttft_p50_s"] > 0.1  # four wait for a slot
+    assert by_c[8]["running_max"] == 4 and by_c[8]["waiting_mean"] >= 2
+    assert by_c[4]["output_tokens_per_s"] > 1.6 * by_c[1]["output_tokens_per_s"]
+    for s in steps:
+        assert s["error_ratio"] == 0
+        assert s["client_in_flight_mean"] == pytest.approx(s["concurrency"], rel=0.1)
+        # The fake's gauges lag its socket by milliseconds on a busy host: loose here,
+        # exact on the simulator.
+        assert s["engine_in_flight_mean"] == pytest.approx(s["concurrency"], rel=0.35)
+        assert s["client_cpu_ratio"] is not None and not s["client_limited"]
+    rows = list(csv.DictReader((out / "steps.csv").read_text().splitlines()))
+    assert sorted({int(r["concurrency"]) for r in rows}) == [1, 2, 4, 8]
+    assert sum(s["littles_law_ok"] is True for s in steps) >= 3
+    for name in ("throughput.png", "latency.png", "latency_vs_throughput.png", "engine.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 4 and "Saturation" in html
+    raw = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert any(r.get("k") == "r" and r["itl"] for r in raw)  # raw records kept
+
+
+def test_open_loop_measures_rate_and_scheduling_lag(fake_server, tmp_path, capsys) -> None:
+    url = fake_server("--ttft", "0.02", "--itl", "0.005")
+    out = tmp_path / "open"
+    rc = main(
+        [
+            "sweep",
+            "--target",
+            url,
+            "--rates",
+            "10,40",
+            "--arrival",
+            "constant",
+            *QUICK,
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0, capsys.readouterr().err
+    steps = _effective(_steps(out))
+    assert [s["rate"] for s in steps] == [10, 40]
+    for s in steps:
+        assert s["concurrency"] is None
+        assert s["requests_per_s"] == pytest.approx(s["rate"], rel=0.3)
+        assert s["sched_lag_p50_s"] is not None and s["sched_lag_p50_s"] < 0.05
+    assert json.loads((out / "sweep.json").read_text())["config"]["mode"] == "open"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "model", "needle"),
+    [
+        (None, None, "cannot reach"),
+        ((), "no-such-model", "model 'no-such-model' is not served"),
+        (("--mode", "not-openai"), None, "not an OpenAI-compatible endpoint"),
+        (("--mode", "fail"), None, "HTTP 500"),
+    ],
+)
+def test_bad_targets_fail_in_one_line(fake_server, tmp_path, capsys, flags, model, needle) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}" if flags is None else fake_server(*flags)
+    args = ["sweep", "--target", url, "--concurrency", "1", *QUICK, "--out", str(tmp_path / "o")]
+    if model:
+        args += ["--model", model]
+    rc = main(args)
+    err = capsys.readouterr().err.strip()
+    assert rc == 1
+    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_failures_mid_sweep_end_it_and_keep_the_steps(fake_server, tmp_path, capsys) -> None:
+    url = fake_server("--fail-above", "3", "--ttft", "0.02", "--itl", "0.005")
+    out = tmp_path / "errs"
+    rc = main(["sweep", "--target", url, "--concurrency", "1,2,4,8,16", *QUICK, "--out", str(out)])
+    err = capsys.readouterr().err
+    steps = _effective(_steps(out))
+    result = json.loads((out / "sweep.json").read_text())
+    assert [s["concurrency"] for s in steps] == [1, 2, 4]  # 8 and 16 never ran
+    assert steps[0]["error_ratio"] == 0 and steps[1]["error_ratio"] == 0
+    assert steps[-1]["error_ratio"] > 0.1 and "HTTP 500" in steps[-1]["errors_sample"][0]
+    if rc == 0:
+        assert result["stopped"] == "saturated-by-errors"
+        assert result["saturation"]["cause"] == "errors"
+    else:  # a whole step failed: one line, the steps so far kept
+        assert "every request failed" in err and result["stopped"].startswith("error:")
+
+
+def test_resume_continues_and_a_used_directory_is_refused(fake_server, tmp_path, capsys) -> None:
+    url = fake_server("--ttft", "0.02", "--itl", "0.005")
+    out = tmp_path / "r"
+    assert main(["sweep", "--target", url, "--concurrency", "1,2", *QUICK, "--out", str(out)]) == 0
+    assert (
+        main(["sweep", "--target", url, "--concurrency", "1,2,4", *QUICK, "--out", str(out)]) == 1
+    )
+    assert "--resume" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "sweep",
+                "--target",
+                url,
+                "--concurrency",
+                "1,2,4",
+                *QUICK,
+                "--resume",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    steps = _steps(out)
+    assert [s["concurrency"] for s in _effective(steps)] == [1, 2, 4]
+    assert [s["index"] for s in steps] == list(range(len(steps)))  # numbering continues
+    assert steps[-1]["concurrency"] == 4 and sum(s["concurrency"] == 4 for s in steps) <= 2
+    assert len(json.loads((out / "sweep.json").read_text())["steps"]) == len(steps)
+
+
+def test_workers_run_a_master_and_worker_processes(fake_server, tmp_path, capsys) -> None:
+    url = fake_server("--ttft", "0.02", "--itl", "0.005")
+    out = tmp_path / "w"
+    rc = main(
+        [
+            "sweep",
+            "--target",
+            url,
+            "--concurrency",
+            "4",
+            "--workers",
+            "2",
+            *QUICK,
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0, capsys.readouterr().err
+    (s,) = _effective(_steps(out))
+    assert s["client_in_flight_mean"] == pytest.approx(4, rel=0.15)
+    raw = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert len({r["w"] for r in raw if r.get("k") == "r"}) == 2  # both workers sent requests
