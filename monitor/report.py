@@ -182,7 +182,7 @@ def render_text(report: Mapping[str, Any]) -> str:
             lines.append(
                 f"{label:<30} {_fmt(e['running'], '7.1f')} {_fmt(e['waiting'], '7.1f')} ({_fmt(e['waiting_capacity'], '.0f')}) "
                 f"{_fmt_ratio(e['kv_cache_usage'])} {_fmt(e['preemptions_per_s'], '9.2f')} {_fmt(e['generation_tokens_per_s'], '10.1f')}  "
-                f"{ttft:<13} {_fmt(e['itl_p50_s'], '.4f', ' s')}"
+                f"{ttft:<16} {_fmt(e['itl_p50_s'], '.4f', ' s')}"
             )
             lines.append(f"  {e['url']}")
     else:

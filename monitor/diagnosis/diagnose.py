@@ -16,6 +16,7 @@ from typing import Any
 
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis import rules
+from monitor.diagnosis.comm import busy_gpus, comm_bound
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
 from monitor.report import engine_scope
@@ -195,7 +196,15 @@ def diagnose(
         box_cpu = rules.cpu_bound_box(ctx)
         if box_cpu is not None:
             verdicts.append(box_cpu)
+        comm = comm_bound(ctx)
+        # The ranks' low SM share is the collectives' doing: launch-bound or memory-bound
+        # on those GPUs would name a symptom of comm-bound, so comm-bound speaks for them.
+        waiting_on_links = set() if comm is None else {g.index for g in busy_gpus(ctx)}
+        if comm is not None:
+            verdicts.append(comm)
         for g in window.gpus:
+            if g.index in waiting_on_links:
+                continue
             for check in (rules.launch_bound, rules.saturated):
                 v = check(ctx, g)
                 if v is not None:

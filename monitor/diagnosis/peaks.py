@@ -1,4 +1,4 @@
-"""Peak figures of the GPUs the roofline knows: dense (no sparsity) tensor FLOP/s and HBM bandwidth.
+"""Peak figures of the GPUs the roofline knows: dense (no sparsity) tensor FLOP/s, HBM and NVLink bandwidth.
 
 From the vendors' datasheets. Dense figures are half the "with sparsity" ones
 NVIDIA headlines. The simulator's presets (H100 SXM, H200, A100 80GB) use the
@@ -17,6 +17,9 @@ class GpuPeak:
     bf16_flops: float  # dense bf16 tensor FLOP/s
     fp8_flops: float | None  # dense fp8 tensor FLOP/s; None where the GPU has no fp8
     hbm_bytes_per_s: float  # device memory bandwidth
+    # NVLink, all links of one GPU, transmit plus receive (NVIDIA's "900 GB/s" for the H100
+    # SXM is 450 GB/s each way); None where the GPU has no NVLink.
+    nvlink_bytes_per_s: float | None = None
 
     def flops(self, precision: str = "bf16") -> float:
         if precision == "fp8" and self.fp8_flops is not None:
@@ -32,14 +35,14 @@ T = 1e12
 GPU_PEAKS: dict[str, GpuPeak] = {
     p.name: p
     for p in (
-        GpuPeak("H100 SXM", 989.4 * T, 1978.9 * T, 3.35 * T),
-        GpuPeak("H100 PCIe", 756.5 * T, 1513.0 * T, 2.0 * T),
-        GpuPeak("H100 NVL", 835.5 * T, 1670.5 * T, 3.9 * T),
-        GpuPeak("H200", 989.4 * T, 1978.9 * T, 4.8 * T),
-        GpuPeak("A100 40GB", 312.0 * T, None, 1.555 * T),
-        GpuPeak("A100 80GB", 312.0 * T, None, 2.039 * T),
-        GpuPeak("L40S", 362.05 * T, 733.0 * T, 0.864 * T),
-        GpuPeak("B200", 2250.0 * T, 4500.0 * T, 8.0 * T),
+        GpuPeak("H100 SXM", 989.4 * T, 1978.9 * T, 3.35 * T, 0.9 * T),
+        GpuPeak("H100 PCIe", 756.5 * T, 1513.0 * T, 2.0 * T, 0.6 * T),  # NVLink bridge
+        GpuPeak("H100 NVL", 835.5 * T, 1670.5 * T, 3.9 * T, 0.6 * T),
+        GpuPeak("H200", 989.4 * T, 1978.9 * T, 4.8 * T, 0.9 * T),
+        GpuPeak("A100 40GB", 312.0 * T, None, 1.555 * T, 0.6 * T),
+        GpuPeak("A100 80GB", 312.0 * T, None, 2.039 * T, 0.6 * T),
+        GpuPeak("L40S", 362.05 * T, 733.0 * T, 0.864 * T),  # no NVLink
+        GpuPeak("B200", 2250.0 * T, 4500.0 * T, 8.0 * T, 1.8 * T),
     )
 }
 

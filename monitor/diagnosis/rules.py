@@ -30,6 +30,10 @@ def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+def _pct_read(x: float | None) -> str:
+    return "not read" if x is None else pct(x)
+
+
 def ev(
     name: str, value: float | None, threshold: float | None = None, op: str = "", unit: str = ""
 ) -> Evidence:
@@ -532,15 +536,31 @@ def cpu_bound_box(ctx: Context) -> Verdict | None:
 # -- GPU side ------------------------------------------------------------------
 
 
+def launch_gaps(g: GpuWindow, th: Thresholds) -> bool:
+    """Kernels run part of the time, SMs mostly idle, and gaps between kernels remain.
+
+    Both the eager and the CUDA-graph small step read SM active far below util; only the
+    eager one leaves gaps (util 0.26 against 0.99), and only gaps say the GPU waits on
+    launches. Without them, graphs or fusion of launches have nothing left to remove.
+    """
+    return (
+        g.util is not None
+        and g.sm_active is not None
+        and th.launch_util_min <= g.util < th.launch_util_max
+        and g.sm_active < th.launch_sm_ratio * g.util
+    )
+
+
 def launch_bound(ctx: Context, g: GpuWindow) -> Verdict | None:
     th = ctx.th
-    if g.util is None or g.sm_active is None or g.util < th.launch_util_min:
+    if not launch_gaps(g, th):
         return None
+    assert g.util is not None and g.sm_active is not None  # launch_gaps checked them
     limit = th.launch_sm_ratio * g.util
-    if g.sm_active >= limit:
-        return None
     evidence = [
         ev("util", g.util, th.launch_util_min, ">=", "ratio"),
+        # The share of the time no kernel ran: what CUDA graphs would win back.
+        ev("gap_share", 1.0 - g.util, round(1.0 - th.launch_util_max, 6), ">", "ratio"),
         ev("sm_active", g.sm_active, limit, "<", "ratio"),
         ev("sm_occupancy", g.sm_occupancy, unit="ratio"),
     ]
@@ -579,12 +599,79 @@ def _roof_side(ctx: Context) -> tuple[str | None, list[Evidence]]:
     return None, []
 
 
+def dram_dominates(g: GpuWindow, th: Thresholds) -> bool:
+    """DRAM streams at a good share of peak while the tensor cores have little to do."""
+    dram, tensor = g.dram_active, g.tensor_active
+    if dram is None or tensor is None:
+        return False  # one of the two unread: no comparison to make
+    return dram >= th.dram_dominant_min and dram >= th.dram_tensor_ratio * tensor
+
+
+_SMALL_KERNEL_FIX = (
+    "more work per kernel: larger batches (more concurrent sequences), fused kernels"
+)
+
+
+def busy_unfilled(ctx: Context, g: GpuWindow) -> Verdict | None:
+    """A GPU busy by duty cycle whose SMs are not saturated (util >= util_saturated,
+    SM active < sm_active_high): memory-bound when DRAM dominates, else, when kernels run
+    without gaps, kernels too small to fill the SMs (said as unknown: no cause fits)."""
+    th = ctx.th
+    assert g.util is not None and g.sm_active is not None  # saturated() checked them
+    tensor, dram = g.tensor_active, g.dram_active
+    base = [
+        ev("util", g.util, th.util_saturated, ">=", "ratio"),
+        ev("sm_active", g.sm_active, th.sm_active_high, "<", "ratio"),
+    ]
+    if dram_dominates(g, th):
+        assert dram is not None and tensor is not None
+        _, roof_ev = _roof_side(ctx)
+        return make_verdict(
+            "memory-bound",
+            0.7,  # below the 0.9 of a saturated bus: the SMs and the bus both have some room
+            gpu_scope(g),
+            base
+            + [
+                ev("dram_active", dram, th.dram_dominant_min, ">=", "ratio"),
+                ev("tensor_active", tensor, round(dram / th.dram_tensor_ratio, 6), "<=", "ratio"),
+            ]
+            + roof_ev,
+            _MEMORY_FIX,
+            f"Memory-bound: DRAM bandwidth runs at {pct(dram)} of peak while the tensor cores "
+            f"are {pct(tensor)} busy (GPU busy {pct(g.util)}, SMs {pct(g.sm_active)} active): "
+            "each step streams the weights for little compute, as a small-batch decode does.",
+        )
+    if g.util < th.launch_util_max:
+        return None  # gaps remain: launch_bound() or the CPU rules speak for them
+    if (tensor is not None and tensor >= th.tensor_high) or (
+        dram is not None and dram >= th.dram_high
+    ):
+        return None  # busy tensor cores or bus with idle SMs: no single story fits
+    return make_verdict(
+        "unknown",
+        0.5,
+        gpu_scope(g),
+        [
+            ev("util", g.util, th.launch_util_max, ">=", "ratio"),
+            ev("sm_active", g.sm_active, th.sm_active_high, "<", "ratio"),
+            ev("sm_occupancy", g.sm_occupancy, unit="ratio"),
+            ev("tensor_active", tensor, th.tensor_high, "<", "ratio"),
+            ev("dram_active", dram, th.dram_high, "<", "ratio"),
+        ],
+        _SMALL_KERNEL_FIX,
+        f"Small kernels: the GPU is busy all the time with kernels too small to fill its SMs "
+        f"(util {pct(g.util)}, SM active {pct(g.sm_active)}); neither tensor cores "
+        f"({_pct_read(tensor)}) nor DRAM ({_pct_read(dram)}) are the limit, and with no gaps "
+        "between kernels, launches are not either.",
+    )
+
+
 def saturated(ctx: Context, g: GpuWindow) -> Verdict | None:
     th = ctx.th
     if g.util is None or g.util < th.util_saturated:
         return None
     if g.sm_active is not None and g.sm_active < th.sm_active_high:
-        return None
+        return busy_unfilled(ctx, g)
     base = [
         ev("util", g.util, th.util_saturated, ">=", "ratio"),
         ev("sm_active", g.sm_active, th.sm_active_high, ">=", "ratio"),

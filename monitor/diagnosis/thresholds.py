@@ -41,10 +41,33 @@ class Thresholds:
     launch_util_min: float = 0.2
     # ... while SM active is below this share of util (the tiny loop: 0.0004 / 0.27).
     launch_sm_ratio: float = 0.3
+    # ... and util below this: launch-bound needs gaps between kernels that a faster launcher
+    # would fill. The H200's small step replayed as a CUDA graph read util 0.99 with SM
+    # active 0.285 (no gaps left: its kernels are too small, not too slowly launched); the
+    # same step launched eagerly read 0.26, the simulator's eager engine 0.5-0.82.
+    launch_util_max: float = 0.95
     # Tensor-pipe active at or above which a saturated GPU is compute-bound (matmul read 0.94).
     tensor_high: float = 0.5
     # DRAM bandwidth active at or above which a saturated GPU is memory-bound (copy read 0.89).
     dram_high: float = 0.5
+    # A busy GPU (util_saturated) whose SMs are not saturated is still memory-bound, with
+    # less confidence, when DRAM bandwidth active is at least this ... (the H200's batch-1
+    # decode read 0.55 with SM 0.58 and tensor 0.02: the weights streamed every token)
+    dram_dominant_min: float = 0.4
+    # ... and at least this many times the tensor-pipe activity (that decode: 24x; the
+    # matmul 0.18x, the batch-64 decode 5.3x).
+    dram_tensor_ratio: float = 3.0
+    # --- Several GPUs: collectives (comm-bound) ---------------------------------
+    # NVLink traffic (transmit + receive) per GPU at or above this share of the GPU's
+    # NVLink peak (peaks.py: H100/H200 SXM 900 GB/s both ways) counts as high. A loop of
+    # large all-reduces should move most of the peak; the simulator's tensor-parallel step,
+    # half of it in all-reduces, reads ~40%; a single GPU reads 0.
+    nvlink_share_min: float = 0.2
+    # ... or, for a GPU whose NVLink peak is unknown, at or above this many bytes/s.
+    nvlink_bytes_min: float = 100e9
+    # SM active may differ across the engine's GPUs by at most this (max - min) for them to
+    # "fall in step": tensor-parallel ranks wait on each other at every all-reduce.
+    comm_spread_max: float = 0.15
     # --- Engine -------------------------------------------------------------
     # Requests completed per second below which an engine with nothing running is idle.
     idle_requests_per_s: float = 0.01

@@ -36,11 +36,34 @@ class Evidence:
     op: str = ""  # ">", "<", ">=", "<=", "~" or "" for context only
     unit: str = ""  # "ratio", "req/s", "s", "cores", ...
 
+    def relation(self) -> str:
+        """The relation that actually holds between value and threshold.
+
+        A rule records the test it applied (``op``); when the value failed that test
+        (a rule that fired on other evidence, or a boundary shown for context), printing
+        ``op`` would state something false, so the shown relation is the true one.
+        """
+        if self.value is None or self.threshold is None or self.op not in _TESTS:
+            return self.op
+        if _TESTS[self.op](self.value, self.threshold):
+            return self.op
+        return _NEGATION[self.op]
+
     def describe(self) -> str:
         v = "n/a" if self.value is None else f"{self.value:.3g}"
+        unit = f" {self.unit}" if self.unit else ""
         if self.threshold is None or not self.op:
-            return f"{self.name}={v}{(' ' + self.unit) if self.unit else ''}"
-        return f"{self.name}={v} {self.op} {self.threshold:.3g}{(' ' + self.unit) if self.unit else ''}"
+            return f"{self.name}={v}{unit}"
+        return f"{self.name}={v} {self.relation()} {self.threshold:.3g}{unit}"
+
+
+_TESTS = {
+    ">": lambda v, t: v > t,
+    ">=": lambda v, t: v >= t,
+    "<": lambda v, t: v < t,
+    "<=": lambda v, t: v <= t,
+}
+_NEGATION = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +91,8 @@ class Verdict:
                     "name": e.name,
                     "value": e.value,
                     "threshold": e.threshold,
-                    "op": e.op,
+                    "op": e.relation(),
+                    "test": e.op,
                     "unit": e.unit,
                 }
                 for e in self.evidence

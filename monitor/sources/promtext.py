@@ -350,9 +350,16 @@ def display_url(url: str) -> str:
 def make_client(timeout: float) -> httpx.Client:
     # trust_env=False: a proxy from the environment must not sit between us and
     # a server on this host (nor see its metrics).
+    # Accept-Encoding identity: prometheus-client's exposition (vLLM's, SGLang's)
+    # gzips the page whenever asked, as httpx does by default: ~5 ms of the
+    # engine's API-server CPU per scrape at level 9 on 55 KB, and ~0.6 ms of ours
+    # to inflate it, to save bandwidth a 1 s scrape does not need.
     return httpx.Client(
         timeout=httpx.Timeout(timeout),
-        headers={"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1"},
+        headers={
+            "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+            "Accept-Encoding": "identity",
+        },
         follow_redirects=False,
         trust_env=False,
     )

@@ -10,18 +10,22 @@ from __future__ import annotations
 import math
 import random
 import re
+import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.sources import promtext
 from monitor.sources.metric_names import all_metric_names
-from monitor.sources.promtext import expand_names, parse, select_lines
+from monitor.sources.promtext import expand_names, fetch, make_client, parse, select_lines
 
 FIXTURES = (
     "vllm-0.32.0-cpu-metrics-idle.txt",
@@ -213,8 +217,12 @@ def test_plain_pages_read_the_same_and_never_reach_prometheus_client(
 def test_pages_with_escapes_read_the_same(text: str, pick: list[bool]) -> None:
     want = reference(text)
     names = _some_names(text, pick)
-    assert fast(text) == want
-    assert fast(text, names) == reference(text, names)
+    with slow_calls() as seen:
+        assert fast(text) == want
+        assert fast(text, names) == reference(text, names)
+    # Only families holding an escape (or an over-long number) reach prometheus-client.
+    for family in seen:
+        assert "\\" in family or any(len(word) > 300 for word in family.split())
 
 
 # Forms prometheus-client accepts that the fast path leaves to it.
@@ -364,3 +372,43 @@ def test_a_mutated_real_page_reads_as_prometheus_client_reads_it(
             continue  # prometheus-client rejects the page: nothing to compare with
         assert got.skipped_lines == 0
         assert [_key(s.name, s.labels, s.value) for s in got.samples] == want
+
+
+# --- the page is fetched as plain text ----------------------------------------
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+def test_the_engine_is_not_asked_to_gzip_its_page() -> None:
+    # vLLM serves /metrics with prometheus-client's exposition, which gzips the
+    # page for any client that accepts gzip (httpx does by default).
+    registry = CollectorRegistry()
+    Gauge("vllm:num_requests_running", "Running.", ["engine"], registry=registry).labels("0").set(3)
+    app = make_wsgi_app(registry)
+    encodings: list[str] = []
+
+    def recording_app(environ, start_response):  # type: ignore[no-untyped-def]
+        def start(status, headers, exc_info=None):  # type: ignore[no-untyped-def]
+            encodings.append(dict(headers).get("Content-Encoding", "identity"))
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start)
+
+    server = make_server("127.0.0.1", 0, recording_app, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        with httpx.Client(trust_env=False) as plain:
+            plain.get(url, timeout=10.0)  # what a default client gets
+        with make_client(10.0) as client:
+            text = fetch(client, url, 10.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert encodings == ["gzip", "identity"]
+    (s,) = parse(text, VLLM_NAMES).samples
+    assert (s.name, s.labels, s.value) == ("vllm:num_requests_running", {"engine": "0"}, 3.0)
