@@ -28,6 +28,9 @@ from simulator.hardware import GPUS, MODELS, GiB, GpuSpec, KernelModel, ModelSpe
 class EngineConfig:
     gpu: str = "h100-sxm"
     model: str = "llama-8b"
+    # Tensor-parallel ranks: each GPU holds 1/tp of the weights and KV cache and
+    # all-reduces the activations twice per layer over NVLink.
+    tensor_parallel_size: int = 1
     served_model_name: str = ""  # empty: the model preset's name
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
@@ -85,8 +88,9 @@ class EngineConfig:
             return self.num_blocks
         gpu, model = self.gpu_spec, self.model_spec
         # vLLM keeps ~1 GiB for activations and the CUDA context beside the weights.
-        free = gpu.memory_bytes * self.gpu_memory_utilization - model.weight_bytes - GiB
-        return max(1, int(free // (self.block_size * model.kv_bytes_per_token)))
+        tp = self.tensor_parallel_size
+        free = gpu.memory_bytes * self.gpu_memory_utilization - model.weight_bytes / tp - GiB
+        return max(1, int(free // (self.block_size * model.kv_bytes_per_token / tp)))
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,10 @@ def validate(cfg: SimConfig, source: str = "config") -> SimConfig:
     for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len"):
         need(getattr(e, name) >= 1, f"engine.{name} must be >= 1, got {getattr(e, name)}")
     need(e.num_blocks >= 0, "engine.num_blocks must be >= 0 (0: from GPU memory)")
+    need(
+        e.tensor_parallel_size in (1, 2, 4, 8),
+        f"engine.tensor_parallel_size must be 1, 2, 4 or 8, got {e.tensor_parallel_size}",
+    )
     need(e.kernels_per_step >= 0, "engine.kernels_per_step must be >= 0 (0: from the model)")
     need(0 < e.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization must be in (0, 1]")
     need(0 < e.compute_efficiency <= 1, "engine.compute_efficiency must be in (0, 1]")

@@ -191,7 +191,11 @@ class EngineCore:
 
     def _cost(self, scheduled: tuple[tuple[Request, int], ...], preempted: int) -> Step:
         cfg = self.cfg
-        work = step_work(self.model, [(n, req.num_computed) for req, n in scheduled])
+        work = step_work(
+            self.model,
+            [(n, req.num_computed) for req, n in scheduled],
+            cfg.tensor_parallel_size,
+        )
         gpu = gpu_cost(self.gpu, work, self.kernels)
         host = (
             cfg.cpu_step_s + cfg.cpu_per_seq_s * len(scheduled) + cfg.cpu_per_token_s * work.tokens

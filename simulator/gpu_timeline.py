@@ -23,6 +23,7 @@ class Interval:
     occupancy_s: float
     tensor_s: float
     dram_s: float
+    nvlink_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class Activity:
     sm_occupancy: float
     tensor_active: float
     dram_active: float
+    nvlink_bytes_per_s: float = 0.0  # sent per GPU (as much received): 0 without tensor parallelism
 
 
 class GpuTimeline:
@@ -54,6 +56,7 @@ class GpuTimeline:
                 cost.occupancy_s,
                 cost.tensor_s,
                 cost.dram_s,
+                cost.nvlink_bytes,
             )
         )
         horizon = end - self.keep_s
@@ -65,7 +68,7 @@ class GpuTimeline:
         span = now - lo
         if span <= 0:
             return Activity(period_s, 0.0, 0.0, 0.0, 0.0, 0.0)
-        busy = sm = occ = tensor = dram = 0.0
+        busy = sm = occ = tensor = dram = link = 0.0
         for iv in reversed(self._intervals):
             if iv.end <= lo:
                 break
@@ -78,8 +81,11 @@ class GpuTimeline:
             occ += iv.occupancy_s * share
             tensor += iv.tensor_s * share
             dram += iv.dram_s * share
+            link += iv.nvlink_bytes * share
 
         def ratio(x: float) -> float:
             return min(1.0, max(0.0, x / span))
 
-        return Activity(span, ratio(busy), ratio(sm), ratio(occ), ratio(tensor), ratio(dram))
+        return Activity(
+            span, ratio(busy), ratio(sm), ratio(occ), ratio(tensor), ratio(dram), link / span
+        )

@@ -27,6 +27,8 @@ class GpuSpec:
     sm_clock_max_mhz: float
     sm_clock_idle_mhz: float
     mem_clock_mhz: float
+    # NVLink, all links of one GPU, each way (the datasheets' 900 GB/s is both ways).
+    nvlink_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +57,15 @@ GPUS: dict[str, GpuSpec] = {
     for g in (
         GpuSpec(
             "h100-sxm", "NVIDIA H100 80GB HBM3", 989.4 * T, 3.35 * T, 132, 80 * GiB,
-            700.0, 70.0, 1980.0, 345.0, 2619.0,
+            700.0, 70.0, 1980.0, 345.0, 2619.0, 450e9,
         ),
         GpuSpec(
             "h200", "NVIDIA H200", 989.4 * T, 4.8 * T, 132, 141 * GiB,
-            700.0, 75.0, 1980.0, 345.0, 3201.0,
+            700.0, 75.0, 1980.0, 345.0, 3201.0, 450e9,
         ),
         GpuSpec(
             "a100-80gb", "NVIDIA A100-SXM4-80GB", 312.0 * T, 2.039 * T, 108, 80 * GiB,
-            400.0, 55.0, 1410.0, 210.0, 1593.0,
+            400.0, 55.0, 1410.0, 210.0, 1593.0, 300e9,
         ),
     )
 }  # fmt: skip
@@ -80,12 +82,15 @@ MODELS: dict[str, ModelSpec] = {
 
 @dataclass(frozen=True, slots=True)
 class StepWork:
-    """What one engine step asks of the GPU."""
+    """What one engine step asks of each GPU (of ``tp`` tensor-parallel ranks)."""
 
     tokens: int
     flops: float
     read_bytes: float
     write_bytes: float
+    tp: int = 1
+    allreduces: int = 0  # all-reduces of the activations per step
+    allreduce_bytes: float = 0.0  # their payload, summed
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,10 @@ class KernelModel:
     # Share of SMs a tiny kernel fills; the roofline part fills (nearly) all of them.
     tiny_kernel_sm_share: float = 0.015
     big_kernel_sm_share: float = 0.97
+    # Achievable share of the NVLink peak in a ring all-reduce of large messages, and the
+    # fixed cost of one all-reduce (launch, handshakes, the ring's 2(N-1) hops).
+    comm_efficiency: float = 0.8
+    allreduce_latency_s: float = 10e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +126,8 @@ class GpuCost:
     occupancy_s: float
     tensor_s: float
     dram_s: float
+    comm_s: float = 0.0  # time in all-reduces
+    nvlink_bytes: float = 0.0  # sent over NVLink by this GPU (as many received)
 
     @property
     def compute_bound(self) -> bool:
@@ -131,10 +142,19 @@ _DRAM_ISSUE = 0.95
 _OCC_COMPUTE = 0.14
 _OCC_MEMORY = 0.8
 _OCC_TINY = 0.01
+# NCCL's ring kernels hold one SM per channel (16-32 channels of 132 SMs on an H100).
+_NCCL_SM_SHARE = 0.2
+_OCC_NCCL = 0.03
 
 
-def step_work(model: ModelSpec, chunks: list[tuple[int, int]]) -> StepWork:
-    """The work of one step; ``chunks`` are (tokens computed now, tokens already in KV) per sequence."""
+def step_work(model: ModelSpec, chunks: list[tuple[int, int]], tp: int = 1) -> StepWork:
+    """The work of one step on each of ``tp`` GPUs; ``chunks`` are (tokens computed now,
+    tokens already in KV) per sequence.
+
+    Tensor parallelism (Megatron layout) splits every layer's weights, heads and KV cache
+    across the ranks and all-reduces the activations twice per layer (after attention
+    and after the MLP): ``tokens x hidden`` values each time.
+    """
     tokens = 0
     attn_flops = 0.0
     kv_read = 0.0
@@ -146,7 +166,24 @@ def step_work(model: ModelSpec, chunks: list[tuple[int, int]]) -> StepWork:
     flops = 2.0 * model.params * tokens + attn_flops
     read = model.weight_bytes + kv_read
     write = tokens * model.kv_bytes_per_token
-    return StepWork(tokens, flops, read, write)
+    if tp == 1:
+        return StepWork(tokens, flops, read, write)
+    allreduces = 2 * model.num_layers
+    payload = allreduces * tokens * model.hidden_size * model.dtype_bytes
+    return StepWork(tokens, flops / tp, read / tp, write / tp, tp, allreduces, payload)
+
+
+def allreduce_s(gpu: GpuSpec, work: StepWork, kernels: KernelModel) -> tuple[float, float]:
+    """Time in the step's all-reduces and the bytes each GPU sends meanwhile.
+
+    A ring all-reduce over N ranks sends (and receives) 2(N-1)/N of the payload per
+    rank: reduce-scatter, then all-gather.
+    """
+    if work.tp <= 1 or work.allreduces == 0:
+        return 0.0, 0.0
+    sent = 2.0 * (work.tp - 1) / work.tp * work.allreduce_bytes
+    rate = gpu.nvlink_bytes_per_s * kernels.comm_efficiency
+    return sent / rate + work.allreduces * kernels.allreduce_latency_s, sent
 
 
 def gpu_cost(gpu: GpuSpec, work: StepWork, kernels: KernelModel) -> GpuCost:
@@ -156,7 +193,9 @@ def gpu_cost(gpu: GpuSpec, work: StepWork, kernels: KernelModel) -> GpuCost:
     )
     roofline_s = max(compute_s, memory_s)
     fixed_s = kernels.kernels_per_step * kernels.kernel_fixed_s
-    busy_s = roofline_s + fixed_s
+    # Tensor-parallel ranks cannot start a layer before the last one's all-reduce ends.
+    comm_s, sent = allreduce_s(gpu, work, kernels)
+    busy_s = roofline_s + fixed_s + comm_s
     launches = 1 if kernels.cuda_graphs else kernels.kernels_per_step
     launch_cpu_s = launches * kernels.launch_overhead_s
     # Without graphs the GPU cannot run ahead of the host: kernels shorter than a
@@ -171,10 +210,15 @@ def gpu_cost(gpu: GpuSpec, work: StepWork, kernels: KernelModel) -> GpuCost:
         launch_cpu_s=launch_cpu_s,
         phase_s=phase_s,
         sm_active_s=roofline_s * kernels.big_kernel_sm_share
-        + fixed_s * kernels.tiny_kernel_sm_share,
-        occupancy_s=roofline_s * occ + fixed_s * _OCC_TINY,
+        + fixed_s * kernels.tiny_kernel_sm_share
+        + comm_s * _NCCL_SM_SHARE,
+        occupancy_s=roofline_s * occ + fixed_s * _OCC_TINY + comm_s * _OCC_NCCL,
         tensor_s=min(roofline_s, work.flops / (gpu.peak_flops * _TENSOR_ISSUE)),
         dram_s=min(
             roofline_s, (work.read_bytes + work.write_bytes) / (gpu.hbm_bytes_per_s * _DRAM_ISSUE)
-        ),
+        )
+        # The reduction reads its two inputs and writes the sum: ~3 bytes of HBM per byte sent.
+        + min(comm_s, 3.0 * sent / (gpu.hbm_bytes_per_s * _DRAM_ISSUE)),
+        comm_s=comm_s,
+        nvlink_bytes=sent,
     )

@@ -225,29 +225,49 @@ _DCGM_PROF = (
 )  # fmt: skip
 
 
-def gpu_uuid(cfg: EngineConfig) -> str:
+# Only tensor-parallel boxes show NVLink: dcgm-exporter's default set lacks these fields.
+_DCGM_NVLINK = (
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second."),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink, not including protocol headers, in bytes per second."),
+)  # fmt: skip
+# The PCI buses of an HGX board's eight GPUs.
+_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+
+
+def gpu_uuid(cfg: EngineConfig, rank: int = 0) -> str:
     # Stable per preset and seed, so a restarted simulator is "the same GPU".
-    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"headroom-sim/{cfg.gpu}/{cfg.seed}"))
+    key = f"headroom-sim/{cfg.gpu}/{cfg.seed}" + (f"/{rank}" if rank else "")
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, key))
 
 
 def render_dcgm(cfg: EngineConfig, num_blocks: int, act: Activity) -> str:
-    """The simulated GPU as dcgm-exporter serves it, over the last sampling period."""
+    """The simulated GPUs as dcgm-exporter serves them, over the last sampling period.
+
+    One GPU, or ``tensor_parallel_size`` of them: the ranks of one engine run the same
+    shards in lock step, so each reads the same activity.
+    """
     gpu, model = cfg.gpu_spec, cfg.model_spec
-    labels = _labels(
-        {
-            "gpu": "0",
-            "UUID": gpu_uuid(cfg),
-            "pci_bus_id": "00000000:18:00.0",
-            "device": "nvidia0",
-            "modelName": gpu.model_name,
-            "Hostname": socket.gethostname(),
-            "DCGM_FI_DRIVER_VERSION": "570.124.06",
-        },
-        sort=False,  # dcgm-exporter's own order
-    )
+    tp = cfg.tensor_parallel_size
+    labels = [
+        _labels(
+            {
+                "gpu": str(rank),
+                "UUID": gpu_uuid(cfg, rank),
+                "pci_bus_id": f"00000000:{_BUS_IDS[rank]}:00.0",
+                "device": f"nvidia{rank}",
+                "modelName": gpu.model_name,
+                "Hostname": socket.gethostname(),
+                "DCGM_FI_DRIVER_VERSION": "570.124.06",
+            },
+            sort=False,  # dcgm-exporter's own order
+        )
+        for rank in range(tp)
+    ]
     load = min(1.0, 0.3 * act.util + 0.4 * act.tensor_active + 0.3 * act.dram_active)
     power = gpu.idle_watts + (gpu.tdp_watts - gpu.idle_watts) * load
-    used = model.weight_bytes + num_blocks * cfg.block_size * model.kv_bytes_per_token + 2**30
+    used = (
+        model.weight_bytes + num_blocks * cfg.block_size * model.kv_bytes_per_token
+    ) / tp + 2**30
     used_mib = int(min(used, gpu.memory_bytes) // MiB)
     total_mib = int(gpu.memory_bytes // MiB)
     busy = act.util > 0.005
@@ -273,11 +293,15 @@ def render_dcgm(cfg: EngineConfig, num_blocks: int, act: Activity) -> str:
         "DCGM_FI_PROF_PCIE_TX_BYTES": pcie,
         "DCGM_FI_PROF_PCIE_RX_BYTES": pcie,
     }
-    lines: list[str] = []
-    for name, help_ in _DCGM_DEV:
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name}{labels} {dev[name]}"]
+    families = [(name, help_, str(dev[name])) for name, help_ in _DCGM_DEV]
     for name, help_ in _DCGM_PROF:
         value = prof[name]
         text = f"{value:.0f}" if name.startswith("DCGM_FI_PROF_PCIE") else f"{value:.6f}"
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name}{labels} {text}"]
+        families.append((name, help_, text))
+    if tp > 1:
+        families += [(n, h, f"{act.nvlink_bytes_per_s:.0f}") for n, h in _DCGM_NVLINK]
+    lines: list[str] = []
+    for name, help_, text in families:
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+        lines += [f"{name}{lab} {text}" for lab in labels]
     return "\n".join(lines) + "\n"

@@ -117,6 +117,19 @@ _LIST = (
         engine={"max_num_seqs": 256},
         load={"mode": "closed", "concurrency": 256, "prompt_tokens": 256, "output_tokens": 1024},
     ),
+    Scenario(
+        "comm-bound",
+        "comm-bound: a 1B model split over 8 H100s (tensor parallel 8) under 160 users of "
+        "~4,000-token prompts: each rank's share of a layer is small, the two all-reduces per "
+        "layer are not, so over half of each step is NVLink traffic while the tensor cores wait",
+        engine={
+            "model": "llama-1b", "tensor_parallel_size": 8, "max_num_batched_tokens": 65536,
+        },
+        load={
+            "mode": "closed", "concurrency": 160, "prompt_tokens": 4096, "prompt_jitter": 0.2,
+            "output_tokens": 32, "output_jitter": 0.5,
+        },
+    ),
 )  # fmt: skip
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _LIST}

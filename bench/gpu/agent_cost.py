@@ -24,11 +24,62 @@ sys.path.insert(0, str(ROOT))
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 
 CONFIGS = {
-    "nvml-1s": {"gpm": False, "host": False, "vllm": False, "interval": 1.0, "seconds": 15.0},
-    "nvml+gpm-1s": {"gpm": True, "host": False, "vllm": False, "interval": 1.0, "seconds": 15.0},
-    "full-1s": {"gpm": True, "host": True, "vllm": True, "interval": 1.0, "seconds": 20.0},
-    "nvml-100ms": {"gpm": False, "host": False, "vllm": False, "interval": 0.1, "seconds": 8.0},
-    "nvml+gpm-100ms": {"gpm": True, "host": False, "vllm": False, "interval": 0.1, "seconds": 8.0},
+    # What `headroom agent` runs by default: NVML + GPM with the duty cycle over 5 s spans,
+    # the host source and one vLLM endpoint, on one GPU and then on every GPU.
+    "agent-1gpu-1s": {
+        "gpm": True,
+        "util_every": 5.0,
+        "host": True,
+        "vllm": True,
+        "interval": 1.0,
+        "seconds": 20.0,
+        "gpus": 1,
+    },
+    "agent-all-1s": {
+        "gpm": True,
+        "util_every": 5.0,
+        "host": True,
+        "vllm": True,
+        "interval": 1.0,
+        "seconds": 20.0,
+        "gpus": None,
+    },
+    "gpm-all-1s-util-every-tick": {
+        "gpm": True,
+        "util_every": 0.0,
+        "host": False,
+        "vllm": False,
+        "interval": 1.0,
+        "seconds": 15.0,
+        "gpus": None,
+    },
+    "gpm-all-1s": {
+        "gpm": True,
+        "util_every": 5.0,
+        "host": False,
+        "vllm": False,
+        "interval": 1.0,
+        "seconds": 15.0,
+        "gpus": None,
+    },
+    "nvml-all-1s": {
+        "gpm": False,
+        "util_every": 0.0,
+        "host": False,
+        "vllm": False,
+        "interval": 1.0,
+        "seconds": 15.0,
+        "gpus": None,
+    },
+    "gpm-all-100ms": {
+        "gpm": True,
+        "util_every": 5.0,
+        "host": False,
+        "vllm": False,
+        "interval": 0.1,
+        "seconds": 8.0,
+        "gpus": None,
+    },
 }
 
 
@@ -64,7 +115,10 @@ def run_one(name: str, vllm_url: str | None, workload_pid: int | None) -> dict[s
     from monitor.sources.vllm import VllmSource
 
     cfg = CONFIGS[name]
-    sources: list[object] = [NvmlSource(gpm=bool(cfg["gpm"]))]
+    indices = None if cfg["gpus"] is None else list(range(int(cfg["gpus"])))
+    sources: list[object] = [
+        NvmlSource(gpm=bool(cfg["gpm"]), util_every_s=float(cfg["util_every"]), indices=indices)
+    ]
     if cfg["host"]:
         sources.append(HostSource(pids=[workload_pid] if workload_pid else []))
     if cfg["vllm"] and vllm_url:
@@ -202,7 +256,7 @@ def main() -> None:
             "--pid",
             str(load.pid),
         ]
-        if name == "full-1s":
+        if name == "agent-all-1s":
             holder: dict[str, object] = {}
 
             def beside(h: dict[str, object] = holder) -> None:
@@ -225,15 +279,15 @@ def main() -> None:
     lines = [
         f"# headroom agent cost on a real GPU ({time.strftime('%Y-%m-%d')}), matmul loop running; one GPU",
         f"# host: {os.cpu_count()} CPUs; CPU per tick = process CPU / ticks; core share = CPU / wall",
-        f"{'config':<24} {'ticks':>6} {'ms CPU/tick':>12} {'% of a core':>12}  fields",
+        f"{'config':<28} {'gpus':>4} {'ticks':>6} {'ms CPU/tick':>12} {'% of a core':>12}  fields",
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"{r['config']:<24} ERROR {str(r['error'])[-300:]!r}")
+            lines.append(f"{r['config']:<28} ERROR {str(r['error'])[-300:]!r}")
             continue
         fields = r.get("fields_read") or r.get("gpu_families")
         lines.append(
-            f"{r['config']:<24} {r.get('ticks', '-')!s:>6} {r['cpu_ms_per_tick']:>12.3f} {100 * r['core_share']:>11.3f}%  {fields}"
+            f"{r['config']:<28} {r.get('gpus', '-')!s:>4} {r.get('ticks', '-')!s:>6} {r['cpu_ms_per_tick']:>12.3f} {100 * r['core_share']:>11.3f}%  {fields}"
         )
     text = "\n".join(lines) + "\n"
     print(text)

@@ -203,6 +203,10 @@ def gpu_facts(g: Report) -> str:
     parts = [power + " W", clock + " MHz", mem]
     if g.get("temperature_c") is not None:
         parts.append(f"{g['temperature_c']:.0f} C")
+    tx, rx = g.get("nvlink_tx_bytes_per_s"), g.get("nvlink_rx_bytes_per_s")
+    if tx or rx:
+        # Only where links carry traffic: a lone GPU reads 0 and keeps its line short.
+        parts.append(f"NVLink {fmt.si(tx, 'B/s')} tx/{fmt.si(rx, 'B/s')} rx")
     if g.get("throttle_reasons"):
         parts.append("throttle: " + ",".join(g["throttle_reasons"]))
     return " · ".join(parts)

@@ -9,10 +9,12 @@ import pynvml
 import pytest
 from fake_nvml import H200_READINGS, MIB, FakeGpu, FakeNvml, t4_gpu, workload_gpu
 
+from monitor.diagnosis import diagnose
 from monitor.errors import ConfigError, SourceUnavailable
-from monitor.samples import GpuSample
+from monitor.samples import GpuSample, Snapshot
 from monitor.sources.base import Source
 from monitor.sources.nvml import NvmlSource, throttle_names
+from monitor.window import WindowStats, compute_window
 
 READINGS = json.loads(H200_READINGS.read_text())["runs"]
 
@@ -385,3 +387,85 @@ def test_util_span_zero_keeps_util_in_the_one_call_per_tick() -> None:
     assert set(fake.metrics_requested) == {11}
     with pytest.raises(ConfigError):
         NvmlSource(nvml=FakeNvml([workload_gpu("matmul")]), util_every_s=-1)
+
+
+# -- Several GPUs: NVLink and PCIe per GPU ---------------------------------------------
+
+
+def tp_rank(rank: int, nvlink_mib_s: float) -> FakeGpu:
+    """One rank of a tensor-parallel engine mid all-reduce: busy, SMs partly, links hot."""
+    return FakeGpu(
+        name="NVIDIA H100 80GB HBM3",
+        util_pattern=[100],
+        util_point=(100, 30),
+        gpm_values={
+            "GRAPHICS_UTIL": 100.0,
+            "SM_UTIL": 42.0,
+            "SM_OCCUPANCY": 5.0,
+            "ANY_TENSOR_UTIL": 30.0,
+            "DRAM_BW_UTIL": 25.0,
+            "PCIE_TX_PER_SEC": 10.0 + rank,
+            "PCIE_RX_PER_SEC": 20.0 + rank,
+            "NVLINK_TOTAL_TX_PER_SEC": nvlink_mib_s + rank,
+            "NVLINK_TOTAL_RX_PER_SEC": nvlink_mib_s + 2 * rank,
+        },
+    )
+
+
+def window_of(fake: FakeNvml, src: NvmlSource, ticks: int = 4) -> WindowStats:
+    snaps = []
+    src.read()
+    for i in range(ticks):
+        fake.advance(1.0)
+        snaps.append(Snapshot(t=float(i), wall=1.8e9 + i, gpus=src.read().gpus))
+    return compute_window(snaps)
+
+
+def test_eight_gpus_report_nvlink_and_pcie_per_gpu_in_bytes_per_s() -> None:
+    mib_s = 200_000.0  # ~210 GB/s each way, ~47% of an H100's 900 GB/s both ways
+    fake = FakeNvml([tp_rank(i, mib_s) for i in range(8)])
+    src = NvmlSource(nvml=fake)
+    gpus = two_reads(fake, src)
+    assert [g.index for g in gpus] == list(range(8))
+    for g in gpus:
+        i = g.index
+        assert g.nvlink_tx_bytes_per_s == pytest.approx((mib_s + i) * MIB)
+        assert g.nvlink_rx_bytes_per_s == pytest.approx((mib_s + 2 * i) * MIB)
+        assert g.pcie_tx_bytes_per_s == pytest.approx((10.0 + i) * MIB)
+        assert g.pcie_rx_bytes_per_s == pytest.approx((20.0 + i) * MIB)
+    # One GPM metrics call per GPU per tick, NVLink asked in the same call.
+    assert set(fake.metrics_get_calls.values()) == {1}
+    # Through the window and the diagnosis: the ranks wait on their links.
+    d = diagnose(window_of(fake, src))
+    assert d.top is not None and (d.top.cause, d.top.scope) == ("comm-bound", "box")
+
+
+def test_single_h200_reading_nvlink_as_zero_is_never_comm_bound() -> None:
+    # The lone H200 answers GPM's NVLink metrics with 0 (no peers on its links). A
+    # busy GPU with SMs half used must keep its single-GPU diagnosis.
+    gpu = workload_gpu(
+        "matmul",
+        gpm_values={
+            "GRAPHICS_UTIL": 100.0, "SM_UTIL": 45.0, "ANY_TENSOR_UTIL": 5.0,
+            "DRAM_BW_UTIL": 20.0, "NVLINK_TOTAL_TX_PER_SEC": 0.0,
+            "NVLINK_TOTAL_RX_PER_SEC": 0.0,
+        },
+    )  # fmt: skip
+    fake = FakeNvml([gpu])
+    src = NvmlSource(nvml=fake)
+    (g,) = two_reads(fake, src)
+    assert g.nvlink_tx_bytes_per_s == 0.0 and g.nvlink_rx_bytes_per_s == 0.0
+    causes = [v.cause for v in diagnose(window_of(fake, src)).verdicts]
+    assert "comm-bound" not in causes and causes, causes
+
+
+def test_gpus_without_nvlink_metrics_read_none_and_are_never_comm_bound() -> None:
+    ranks = [tp_rank(i, 200_000.0) for i in range(2)]
+    for r in ranks:
+        r.gpm_unsupported = {"NVLINK_TOTAL_TX_PER_SEC", "NVLINK_TOTAL_RX_PER_SEC"}
+    fake = FakeNvml(ranks)
+    src = NvmlSource(nvml=fake)
+    gpus = two_reads(fake, src)
+    assert all(g.nvlink_tx_bytes_per_s is None for g in gpus)
+    assert all(g.pcie_tx_bytes_per_s is not None for g in gpus)
+    assert "comm-bound" not in [v.cause for v in diagnose(window_of(fake, src)).verdicts]

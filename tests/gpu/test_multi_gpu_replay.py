@@ -1,0 +1,115 @@
+"""Replay the multi-GPU recordings (two H200s) through today's sampler, window and diagnosis.
+
+bench/gpu/run_multi.py recorded them on a real machine with several GPUs while one
+known workload ran on every GPU (one process per GPU, NCCL, NVLink multicast off):
+NVML + GPM on every GPU and the host source watching the ranks, at 1 s and 100 ms,
+with a window of max(2 s, 5 ticks); the replay uses the same.
+
+- allreduce: a loop of 256 MiB all-reduces: the links busy, the tensor cores idle.
+- compute: a bf16 matmul loop on each GPU, no communication.
+- tp-matmul: a tensor-parallel MLP whose all-reduce is a large share of each layer.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.diagnosis import Diagnoser
+from monitor.pipeline import Monitor
+from monitor.recording import read_recording
+from monitor.sampler import Sampler
+
+H200X2 = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h200x2"
+SPANS = {"1s": 1.0, "100ms": 0.1}
+EXPECTED = {"allreduce": "comm-bound", "compute": "compute-bound", "tp-matmul": "comm-bound"}
+CASES = [(w, s) for w in EXPECTED for s in SPANS]
+# Ticks whose top verdict must name the workload's cause, once the window has filled.
+AGREE_SHARE = 0.8
+
+pytestmark = pytest.mark.skipif(not H200X2.is_dir(), reason="no multi-GPU recordings yet")
+
+
+def path(workload: str, span: str) -> Path:
+    return H200X2 / f"{workload}-{span}.jsonl"
+
+
+@cache
+def replay(workload: str, span: str) -> tuple[dict[str, Any], ...]:
+    """One report per recorded tick, recomputed by a fresh Sampler + Monitor + Diagnoser."""
+    interval = SPANS[span]
+    recording = read_recording(path(workload, span))
+    sampler = Sampler([], interval=interval, capacity=100_000)
+    monitor = Monitor(sampler, Diagnoser(), window_s=max(2.0, 5 * interval))
+    reports = []
+    for tick in recording.ticks:
+        assert tick.snapshot is not None
+        sampler.push(tick.snapshot)
+        report = monitor.report()
+        assert report is not None and report["time"] == tick.snapshot.wall
+        reports.append(report)
+    sampler.close()
+    return tuple(reports)
+
+
+def settled(workload: str, span: str) -> list[dict[str, Any]]:
+    """The reports from the third tick on: the workload ran steadily before recording
+    began (a warm-up), and GPM's first tick has no activity yet, so from then on each
+    report has at least two ticks of readings behind it."""
+    reports = list(replay(workload, span))[2:]
+    assert len(reports) >= 3, f"{workload}-{span}: too few ticks ({len(reports) + 2})"
+    return reports
+
+
+@pytest.mark.parametrize("workload,span", CASES)
+def test_recording_holds_several_gpus(workload: str, span: str) -> None:
+    assert path(workload, span).is_file(), f"missing {path(workload, span).name}"
+    for report in settled(workload, span):
+        assert len(report["gpus"]) >= 2
+
+
+@pytest.mark.parametrize("workload,span", CASES)
+def test_replay_names_the_workload_cause(workload: str, span: str) -> None:
+    reports = settled(workload, span)
+    tops = [r["verdicts"][0]["cause"] for r in reports]
+    expected = EXPECTED[workload]
+    agree = sum(t == expected for t in tops) / len(tops)
+    assert agree >= AGREE_SHARE, (workload, span, tops)
+    assert tops[-1] == expected, tops
+    last = reports[-1]
+    if expected == "comm-bound":
+        top = last["verdicts"][0]
+        assert top["scope"] == "box" and "nvidia-smi topo -m" in top["fix"]
+    else:
+        # Each GPU computes on its own: one compute-bound verdict per GPU, no comm-bound.
+        scopes = {v["scope"] for v in last["verdicts"] if v["cause"] == "compute-bound"}
+        assert len(scopes) == len(last["gpus"])
+        assert "comm-bound" not in [v["cause"] for v in last["verdicts"]]
+
+
+def nvlink_mean(workload: str, span: str) -> list[float]:
+    """Each GPU's NVLink tx + rx over the settled reports, bytes/s."""
+    reports = settled(workload, span)
+    out = []
+    for i in range(len(reports[-1]["gpus"])):
+        vals = [
+            (r["gpus"][i].get("nvlink_tx_bytes_per_s") or 0.0)
+            + (r["gpus"][i].get("nvlink_rx_bytes_per_s") or 0.0)
+            for r in reports
+        ]
+        out.append(sum(vals) / len(vals))
+    return out
+
+
+@pytest.mark.parametrize("span", list(SPANS))
+def test_nvlink_traffic_is_read_per_gpu(span: str) -> None:
+    ar = nvlink_mean("allreduce", span)
+    tp = nvlink_mean("tp-matmul", span)
+    mm = nvlink_mean("compute", span)
+    # Every rank's links carry the all-reduce; the matmul loop sends next to nothing.
+    assert min(ar) > 50e9, ar
+    assert min(tp) > 10 * max(max(mm), 1e6), (tp, mm)
+    assert max(mm) < 0.05 * min(ar), (mm, ar)
