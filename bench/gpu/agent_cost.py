@@ -93,6 +93,14 @@ def serve_fixture(port: int) -> http.server.ThreadingHTTPServer:
     body = FIXTURE.read_bytes()
 
     class H(http.server.BaseHTTPRequestHandler):
+        # Keep-alive and no Nagle delay, as vLLM's uvicorn serves it: a server that
+        # closes after each response would bill a TCP connect to every scrape.
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def do_GET(self) -> None:  # noqa: N802
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -233,6 +241,7 @@ def main() -> None:
     ap.add_argument("--one")
     ap.add_argument("--vllm-url")
     ap.add_argument("--pid", type=int)
+    ap.add_argument("--configs", help="comma-separated subset of the configurations")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(run_one(args.one, args.vllm_url, args.pid)), flush=True)
@@ -245,7 +254,7 @@ def main() -> None:
     )
     time.sleep(4.0)
     results = []
-    for name in CONFIGS:
+    for name in args.configs.split(",") if args.configs else CONFIGS:
         cmd = [
             sys.executable,
             __file__,
