@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from monitor.samples import EngineSample, SourceError
 from monitor.sampler import Sampler
+from monitor.samples import EngineSample, SourceError
 from monitor.sources.base import Reading
 
 
@@ -22,7 +22,9 @@ class CountingSource:
         self.n += 1
         if self.delay:
             time.sleep(self.delay)
-        return Reading(engines=(EngineSample(url="u", model_name="m", engine="0", running=float(self.n)),))
+        return Reading(
+            engines=(EngineSample(url="u", model_name="m", engine="0", running=float(self.n)),)
+        )
 
     def close(self) -> None:
         self.closed = True

@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, ProcessCpu, Snapshot, ThreadCpu
+from monitor.samples import (
+    EngineSample,
+    GpuSample,
+    Histogram,
+    HostSample,
+    ProcessCpu,
+    Snapshot,
+    ThreadCpu,
+)
 from monitor.window import (
     TTFT,
     compute_window,
@@ -28,7 +36,9 @@ def hist(counts: list[float], bounds: list[float], total: float) -> Histogram:
 BOUNDS = [0.1, 0.5, 1.0, math.inf]
 
 
-def engine(t_requests: float, running: float, waiting: float, ttft: Histogram | None = None) -> EngineSample:
+def engine(
+    t_requests: float, running: float, waiting: float, ttft: Histogram | None = None
+) -> EngineSample:
     return EngineSample(
         url="http://127.0.0.1:8000/metrics",
         model_name="m",
@@ -49,7 +59,10 @@ def test_counter_increase_survives_a_server_restart() -> None:
 
 
 def test_engine_rates_and_means_over_the_window() -> None:
-    snaps = [Snapshot(t=float(i), wall=1000.0 + i, engines=(engine(2.0 * i, 4, 8 if i else 0),)) for i in range(6)]
+    snaps = [
+        Snapshot(t=float(i), wall=1000.0 + i, engines=(engine(2.0 * i, 4, 8 if i else 0),))
+        for i in range(6)
+    ]
     w = compute_window(snaps)
     (e,) = w.engines
     assert e.requests_per_s == pytest.approx(2.0)
@@ -62,7 +75,10 @@ def test_engine_rates_and_means_over_the_window() -> None:
 
 def test_restart_inside_window_gives_non_negative_rates() -> None:
     values = [100.0, 110.0, 2.0, 12.0]
-    snaps = [Snapshot(t=float(i), wall=float(i), engines=(engine(v, 1, 0),)) for i, v in enumerate(values)]
+    snaps = [
+        Snapshot(t=float(i), wall=float(i), engines=(engine(v, 1, 0),))
+        for i, v in enumerate(values)
+    ]
     (e,) = compute_window(snaps).engines
     assert e.requests_per_s == pytest.approx((10 + 2 + 10) / 3)
 
@@ -139,7 +155,10 @@ def test_host_busiest_thread_and_engine_cores() -> None:
                     pid=10,
                     name="python",
                     cpu_seconds=busy,
-                    threads=(ThreadCpu(10, "main", 0.1 * t), ThreadCpu(11, "EngineCore", busy - 0.1 * t)),
+                    threads=(
+                        ThreadCpu(10, "main", 0.1 * t),
+                        ThreadCpu(11, "EngineCore", busy - 0.1 * t),
+                    ),
                 ),
             ),
         )
@@ -154,7 +173,10 @@ def test_host_busiest_thread_and_engine_cores() -> None:
 
 
 def test_window_selects_interval() -> None:
-    snaps = [Snapshot(t=float(i), wall=float(i), engines=(engine(float(i * i), 1, 0),)) for i in range(10)]
+    snaps = [
+        Snapshot(t=float(i), wall=float(i), engines=(engine(float(i * i), 1, 0),))
+        for i in range(10)
+    ]
     w = compute_window(snaps, start=5.0, end=8.0)
     assert w.samples == 4
     (e,) = w.engines
