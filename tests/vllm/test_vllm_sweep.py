@@ -1,0 +1,66 @@
+"""`headroom sweep` against a real vLLM (CPU build) with --max-num-seqs 4."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from vllm_support import SEQ_CAP, headroom
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+
+def _sweep(url: str, out: Path) -> dict[str, Any]:
+    # 4 steps of 1 s warm-up + 5 s hold: about half a minute of load.
+    proc = headroom(
+        "sweep", "--target", url, "--concurrency", "1,2,4,8",
+        "--step-seconds", "5", "--warmup-seconds", "1",
+        "--input-tokens", "32", "--output-tokens", "200", "--quiet", "--out", str(out),
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "sweep.json").read_text())
+
+
+def _disturbance(result: dict[str, Any]) -> float:
+    """Spread of the token rate per busy slot across steps (0 = even, 1 = wildly uneven).
+
+    Each slot decodes at about the same speed at 1, 2, 4 or 8 streams (measured here: 580-670
+    tok/s per slot), so a step far slower per slot was disturbed: the box stalled, or other
+    work took the cores. Such a step says nothing about where the server saturates.
+    """
+    rates = [
+        s["output_tokens_per_s"] / min(s["concurrency"], SEQ_CAP)
+        for s in result["steps"]
+        if s["output_tokens_per_s"]
+    ]
+    return 1 - min(rates) / max(rates) if rates else 1.0
+
+
+def test_short_sweep_saturates_at_the_seq_cap(seq_cap_server: Any, tmp_path: Path) -> None:
+    # A 2-core box shared with other work can lose whole seconds, or half its CPU for a while;
+    # measure again (at most twice) rather than judge a saturation point from a disturbed run.
+    for attempt in range(1, 4):
+        result = _sweep(seq_cap_server.url, tmp_path / f"sweep{attempt}")
+        spread = _disturbance(result)
+        if spread <= 0.4:
+            break
+        print(f"sweep {attempt} disturbed ({spread:.0%} spread of tokens/s per slot)")
+    assert _disturbance(result) <= 0.4, f"the box was too disturbed to measure: {result['steps']}"
+
+    assert result["stopped"] == "complete"
+    steps = {s["concurrency"]: s for s in result["steps"]}
+    assert sorted(steps) == [1, 2, 4, 8]
+    assert all(s["requests_failed"] == 0 for s in steps.values())
+    # Below the cap, more streams bring more tokens; past it, only queueing (TTFT climbs).
+    assert steps[4]["output_tokens_per_s"] > 1.5 * steps[1]["output_tokens_per_s"]
+    assert steps[8]["output_tokens_per_s"] < 1.25 * steps[4]["output_tokens_per_s"]
+    assert steps[8]["ttft_p50_s"] > 3 * steps[4]["ttft_p50_s"]
+
+    sat = result["saturation"]
+    assert sat["reached"] is True
+    assert sat["concurrency"] == SEQ_CAP, sat
+    assert sat["cause"] == "seq-cap", sat
+    assert sat["inferred_cap"] == SEQ_CAP, sat
