@@ -78,8 +78,22 @@ class Diagnoser:
                 pending.append(v)
         # Order on the rule's own confidence, then scale: scaling first would push every
         # pending verdict under weak_confidence and lose the primary-cause order.
-        scaled = tuple(
-            dataclasses.replace(v, confidence=round(v.confidence * th.pending_confidence_factor, 3))
-            for v in order(pending, th)
+        # A weak verdict (a hint, such as CPU in the path without GPU data) never leads a
+        # strong one, stable or not: a strong cause that missed one window must not be
+        # pushed under a hint that happened to hold a window longer.
+        weak = th.weak_confidence
+        ordered_stable = order(stable, th)
+        ordered_pending = order(pending, th)
+
+        def scale(v: Verdict) -> Verdict:
+            return dataclasses.replace(
+                v, confidence=round(v.confidence * th.pending_confidence_factor, 3)
+            )
+
+        verdicts = (
+            [v for v in ordered_stable if v.confidence >= weak]
+            + [scale(v) for v in ordered_pending if v.confidence >= weak]
+            + [v for v in ordered_stable if v.confidence < weak]
+            + [scale(v) for v in ordered_pending if v.confidence < weak]
         )
-        return Diagnosis(order(stable, th) + scaled, raw.analyses)
+        return Diagnosis(tuple(verdicts), raw.analyses)
