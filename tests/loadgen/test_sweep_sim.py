@@ -116,14 +116,17 @@ def test_cpu_bound_saturates_with_the_gpu_half_idle(sim, tmp_path) -> None:
         h,
         tmp_path / "u",
         "--concurrency",
-        "4,8,16,32,64",
+        "8,16,32,64,128",
         "--input-tokens",
         "128",
         "--output-tokens",
         "24",
     )
     sat = r["saturation"]
-    # tok/s = n / (24 ms + 5 ms x n): +13% per doubling from 16 to 32, +7% from 32 to 64
-    assert sat["reached"] and sat["concurrency"] in (16, 32)
-    assert sat["cause"] == "cpu-bound"
-    assert _by_load(r)[64]["gpu"]["util"] < 0.5
+    steps = [(s["concurrency"], round(s["output_tokens_per_s"]), s["verdict"]) for s in r["steps"]]
+    # tok/s = n / (24 ms + 5 ms x n): +13% per doubling from 16 to 32, +7% from 32 to 64,
+    # +4% from 64 to 128. The knee of such a curve is soft: a few percent of noise on these
+    # machines moves it by a doubling, so any of 16-64 is the right answer; the cause is not.
+    assert sat["reached"] and sat["concurrency"] in (16, 32, 64), (sat, steps)
+    assert sat["cause"] == "cpu-bound", (sat, steps)
+    assert _by_load(r)[128]["gpu"]["util"] < 0.5, steps

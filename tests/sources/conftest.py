@@ -52,11 +52,15 @@ class FakeServer:
                     route = Route(b"not found\n", status=404)
                 if route.delay:
                     time.sleep(route.delay)
-                self.send_response(route.status)
-                self.send_header("Content-Type", route.content_type)
-                self.send_header("Content-Length", str(len(route.body)))
-                self.end_headers()
-                self.wfile.write(route.body)
+                try:
+                    self.send_response(route.status)
+                    self.send_header("Content-Type", route.content_type)
+                    self.send_header("Content-Length", str(len(route.body)))
+                    self.end_headers()
+                    self.wfile.write(route.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # a client that timed out (the point of the slow-server tests) left
+                    self.close_connection = True
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002
                 pass
