@@ -21,12 +21,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from monitor.configfile import read_settings_file
 from monitor.errors import ConfigError
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - CI runs 3.11
-    import tomli as tomllib
+    pass
 
 DEFAULT_PORT = 9402
 ENV_PREFIX = "HEADROOM_"
@@ -142,29 +143,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def _read_file(path: str | Path) -> Mapping[str, Any]:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"config {p}: cannot read: {exc.strerror or exc}") from None
-    suffix = p.suffix.lower()
-    try:
-        if suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        elif suffix == ".toml":
-            data = tomllib.loads(text)
-        else:
-            raise ConfigError(f"config {p}: unknown format (use .toml, .yaml or .yml)")
-    except ConfigError:
-        raise
-    except Exception as exc:  # the parsers' own errors, as one line
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"config {p}: not valid {suffix[1:].upper()}: {first}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"config {p}: expected a table of settings at the top level")
+    data = read_settings_file(p, f"config {p}")
     # A file may hold other tools' tables too ([thresholds], [caps]): the agent's are under
     # [agent] when that table exists.
     if isinstance(data.get("agent"), Mapping):

@@ -14,12 +14,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from monitor.configfile import read_settings_file
 from monitor.errors import ConfigError
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - CI runs 3.11
-    import tomli as tomllib
+    pass
 
 
 @dataclass(frozen=True)
@@ -171,31 +172,7 @@ def _coerce(section: str, name: str, type_name: str, value: Any) -> Any:
 
 
 def _read(path: str | Path) -> Mapping[str, Any]:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    suffix = p.suffix.lower()
-    try:
-        if suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        elif suffix == ".toml":
-            data = tomllib.loads(text)
-        else:
-            raise ConfigError(f"{p}: unknown config format (use .toml, .yaml or .yml)")
-    except ConfigError:
-        raise
-    except Exception as exc:  # the parsers' own errors: one line, no traceback
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"{p}: not valid {suffix[1:].upper()}: {first}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{p}: expected a table of settings at the top level")
-    return data
+    return read_settings_file(path, str(Path(path)))
 
 
 def _section(

@@ -71,7 +71,7 @@ def test_missing_file_and_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_agent_config(tmp_path / "nope.yaml", env={})
     (tmp_path / "a.ini").write_text("x=1")
-    with pytest.raises(ConfigError, match="unknown format"):
+    with pytest.raises(ConfigError, match="unknown config format"):
         load_agent_config(tmp_path / "a.ini", env={})
 
 
