@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, get, wait_until
+from agent_support import REPO, get, wait_until
 
 
 def run_agent(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import bcrypt
 import httpx
 import pytest
-from conftest import FakeEngineSource, FakeGpuSource, get, wait_until
+from agent_support import FakeEngineSource, FakeGpuSource, get, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.agent import Agent

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO
+from agent_support import REPO
 
 DASH_DIR = REPO / "dashboards"
 DASHBOARDS = sorted(DASH_DIR.glob("*.json"))

@@ -6,7 +6,7 @@ import configparser
 from pathlib import Path
 
 import yaml
-from conftest import REPO
+from agent_support import REPO
 
 from monitor.config import DEFAULT_PORT, load_agent_config
 

@@ -7,7 +7,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import FIXTURES, Endpoint, FakeGpuSource, get, wait_until
+from agent_support import FIXTURES, Endpoint, FakeGpuSource, get, wait_until
 from fake_nvml import FakeNvml, workload_gpu
 from prometheus_client.parser import text_string_to_metric_families
 

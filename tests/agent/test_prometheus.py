@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import yaml
-from conftest import REPO, free_port, wait_until
+from agent_support import REPO, free_port, wait_until
 
 from monitor.agent import Agent
 from monitor.config import AgentConfig

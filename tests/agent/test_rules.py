@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO
+from agent_support import REPO
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -1,0 +1,209 @@
+"""Helpers for the agent's tests: fake sources at the Source boundary, a restartable HTTP
+endpoint serving real vLLM text, and an agent started on an ephemeral port."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from monitor.agent import Agent
+from monitor.config import AgentConfig
+from monitor.samples import EngineSample, GpuSample, HostSample, SourceError
+from monitor.sources.base import Reading
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
+# The NVML fake lives beside the NVML source's tests; it fakes pynvml, the library boundary.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sources"))
+
+
+class FakeGpuSource:
+    """One GPU whose readings the test sets; ``fail`` makes the next reads report an error."""
+
+    name = "nvml"
+
+    def __init__(self, util: float | None = 0.5, sm_active: float | None = 0.4) -> None:
+        self.util = util
+        self.sm_active = sm_active
+        self.fail: str | None = None
+        self.block = threading.Event()  # set: read() hangs until cleared (a stuck driver)
+        self.reads = 0
+
+    def read(self) -> Reading:
+        self.reads += 1
+        while self.block.is_set():
+            time.sleep(0.05)
+        if self.fail:
+            return Reading(errors=(SourceError("nvml", "gpu:0", self.fail),))
+        return Reading(
+            gpus=(
+                GpuSample(
+                    index=0,
+                    uuid="GPU-0000",
+                    name="NVIDIA H200",
+                    source="nvml",
+                    util=self.util,
+                    sm_active=self.sm_active,
+                    tensor_active=None,  # unsupported: must be absent from /metrics
+                    power_watts=300.0,
+                    memory_used_bytes=10 * 2**30,
+                    memory_total_bytes=141 * 2**30,
+                ),
+            )
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class FakeEngineSource:
+    """A vLLM engine whose counters advance on every read."""
+
+    name = "vllm"
+    url = "http://127.0.0.1:1/metrics"
+
+    def __init__(self, running: float = 4.0, waiting: float = 0.0) -> None:
+        self.running = running
+        self.waiting = waiting
+        self.n = 0
+
+    def read(self) -> Reading:
+        self.n += 1
+        return Reading(
+            engines=(
+                EngineSample(
+                    url=self.url,
+                    model_name="tiny",
+                    engine="0",
+                    running=self.running,
+                    waiting=self.waiting,
+                    kv_cache_usage=0.25,
+                    generation_tokens_total=100.0 * self.n,
+                    request_success_total=2.0 * self.n,
+                ),
+            ),
+            host=HostSample(
+                cpu_count=2, cpu_total_seconds=10.0 * self.n, cpu_idle_seconds=5.0 * self.n
+            ),
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that gave up on a slow answer is part of the test
+
+
+class Endpoint:
+    """A /metrics endpoint on 127.0.0.1 that can go down, turn slow, and come back on its port."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.delay = 0.0
+        self.hits = 0
+        self._conns: set[socket.socket] = set()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                endpoint._conns.add(self.connection)
+
+            def do_GET(self) -> None:
+                endpoint.hits += 1
+                if endpoint.delay:
+                    time.sleep(endpoint.delay)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(endpoint.body)))
+                self.end_headers()
+                self.wfile.write(endpoint.body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._handler = Handler
+        self.port = 0
+        self._start()
+
+    def _start(self) -> None:
+        self._httpd = _QuietServer(("127.0.0.1", self.port), self._handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def stop(self) -> None:
+        """Go down as a dying process does: kept-alive connections are cut too."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        for conn in list(self._conns):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            except OSError:
+                pass
+        self._conns.clear()
+
+    def restart(self) -> None:
+        self._start()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, step: float = 0.1) -> Any:
+    """Poll until ``predicate`` returns something truthy; generous for a machine that stalls."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(step)
+
+
+def make_config(**overrides: Any) -> AgentConfig:
+    values: dict[str, Any] = dict(listen="127.0.0.1:0", interval=0.2, window=1.0, nvml=False)
+    values.update(overrides)
+    return AgentConfig(**values)
+
+
+@pytest.fixture
+def start_agent() -> Iterator[Callable[..., Agent]]:
+    started: list[Agent] = []
+
+    def start(sources: list[Any], **overrides: Any) -> Agent:
+        agent = Agent(make_config(**overrides), sources=sources)
+        agent.start()
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+def get(url: str, **kwargs: Any) -> httpx.Response:
+    return httpx.get(url, timeout=kwargs.pop("timeout", 10.0), **kwargs)
