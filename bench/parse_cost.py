@@ -31,7 +31,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from loadgen.stall import StallProbe  # noqa: E402
 from monitor.sources import metric_names, promtext  # noqa: E402
 from monitor.sources.promtext import (  # noqa: E402
     Sample,
@@ -57,36 +57,6 @@ from monitor.sources.vllm import VllmSource, engines_from_text  # noqa: E402
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 RESULTS = ROOT / "bench" / "results" / "parse_cost.txt"
 NAMES = expand_names(metric_names.all_metric_names())
-
-
-class StallProbe:
-    """Sleeps 5 ms in a loop; records (start, gap) of every wake-up later than 50 ms."""
-
-    def __init__(self, threshold: float = 0.05) -> None:
-        self.threshold = threshold
-        self.stalls: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
-
-    def _run(self) -> None:
-        last = time.monotonic()
-        while not self._stop.is_set():
-            time.sleep(0.005)
-            now = time.monotonic()
-            if now - last > self.threshold:
-                self.stalls.append((last, now - last))
-            last = now
-
-    def count(self, start: float, end: float) -> int:
-        return sum(1 for t, gap in self.stalls if t + gap >= start and t <= end)
-
-    def __enter__(self) -> StallProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 def serve(path: str) -> None:
@@ -244,7 +214,7 @@ def main() -> int:
                     shown = "  ".join(f"{c:.3f}{'' if ok else '!'}" for c, ok in got)
                     print(f"repeat {i + 1}/{args.repeats} (ms, ! = stall): {shown}", flush=True)
                 stalls = probe.count(started, time.monotonic())
-                worst = max((gap for _, gap in probe.stalls), default=0.0)
+                worst = probe.worst()
         finally:
             source.close()
             client.close()

@@ -39,42 +39,13 @@ sys.path.insert(0, str(ROOT / "tests" / "sources"))
 
 from fake_nvml import FakeNvml, workload_gpu  # noqa: E402
 
+from loadgen.stall import StallProbe  # noqa: E402
 from monitor.sampler import Sampler  # noqa: E402
 from monitor.sources.base import Source  # noqa: E402
 from monitor.sources.nvml import NvmlSource  # noqa: E402
 
 VLLM_FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 RESULTS = ROOT / "bench" / "results" / "sampler_cost.txt"
-
-
-class StallProbe:
-    """Sleeps 5 ms in a loop; records (start, gap) of every wake-up later than 50 ms."""
-
-    def __init__(self, threshold: float = 0.05) -> None:
-        self.threshold = threshold
-        self.stalls: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
-
-    def _run(self) -> None:
-        last = time.monotonic()
-        while not self._stop.is_set():
-            time.sleep(0.005)
-            now = time.monotonic()
-            if now - last > self.threshold:
-                self.stalls.append((last, now - last))
-            last = now
-
-    def count(self, start: float, end: float) -> int:
-        return sum(1 for t, gap in self.stalls if t + gap >= start and t <= end)
-
-    def __enter__(self) -> StallProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 @contextmanager
@@ -215,7 +186,7 @@ def main() -> int:
             r = results[-1]
             print(f"{config.label:28s} {r.process_ms:7.3f} ms/tick ({r.clean}/{r.repeats} clean)")
         total_stalls = probe.count(started, time.monotonic())
-        worst = max((gap for _, gap in probe.stalls), default=0.0)
+        worst = probe.worst()
 
     lines = [
         "headroom sampler cost per tick: headroom's own Python overhead, NOT driver time",

@@ -44,6 +44,22 @@ class StallProbe:
             self._thread.join(timeout=2)
             self._thread = None
 
+    def __enter__(self) -> StallProbe:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def count(self, start: float, end: float) -> int:
+        """How many stalls overlapped [start, end] (monotonic)."""
+        return self.stalls(start, end)[0]
+
+    def worst(self) -> float:
+        """The longest stall seen, in seconds (0 when none)."""
+        with self._lock:
+            return max((gap for _, gap in self._stalls), default=0.0)
+
     def stalls(self, start: float, end: float) -> tuple[int, float]:
         """How many stalls overlapped [start, end] (monotonic) and the seconds they took inside it."""
         n, lost = 0, 0.0
