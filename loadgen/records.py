@@ -26,6 +26,8 @@ class RequestRecord:
     output_tokens: int | None  # from usage when sent, else the count of token events
     error: str | None
     lag: float | None = None  # open loop: how late the request started, seconds
+    response_id: str | None = None  # the server's id for the request, from the stream
+    ttft_kernel: bool | None = None  # the first token's time came from the kernel's receive stamp
 
     @property
     def end(self) -> float | None:
@@ -49,6 +51,8 @@ class RequestRecord:
                 "out": self.output_tokens,
                 "err": self.error,
                 "lag": None if self.lag is None else round(self.lag, 6),
+                "id": self.response_id,
+                "kt": self.ttft_kernel,
             },
             separators=(",", ":"),
         )
@@ -107,6 +111,8 @@ def parse_line(line: str) -> RequestRecord | WorkerStatus | dict | None:
             output_tokens=obj.get("out"),
             error=obj.get("err"),
             lag=obj.get("lag"),
+            response_id=obj.get("id"),
+            ttft_kernel=obj.get("kt"),
         )
     if kind == "s":
         return WorkerStatus(

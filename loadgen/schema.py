@@ -99,6 +99,9 @@ class StepResult(BaseModel):
     ttft_p90_s: float | None = None
     ttft_p95_s: float | None = None
     ttft_p99_s: float | None = None
+    # Share of those TTFTs timed by the kernel's receive stamp rather than the client's clock
+    # (the client's clock adds its own lateness when one thread reads many streams).
+    ttft_kernel_ratio: float | None = None
     itl_p50_s: float | None = None
     itl_p90_s: float | None = None
     itl_p95_s: float | None = None

@@ -23,6 +23,8 @@ class StreamState:
     completion_tokens: int | None = None
     done: bool = False
     error: str | None = None
+    # The server's id for the request ("cmpl-..."), to find it in the server's logs.
+    response_id: str | None = None
 
 
 def _text_of(choice: dict) -> str | None:
@@ -38,6 +40,40 @@ def _text_of(choice: dict) -> str | None:
             if v:
                 return v
     return None
+
+
+# Where a chunk's text starts, compact (vLLM, SGLang) or spaced (Python's json.dumps).
+_TEXT_OPENERS = tuple(
+    f'"{key}"{sep}"'.encode()
+    for key in ("text", "content", "reasoning_content", "reasoning")
+    for sep in (":", ": ")
+)
+# Chunks that carry these need the full parse (usage counts, errors).
+_NEEDS_PARSE = (b'"usage"', b'"error"')
+
+
+def plain_token(payload: bytes) -> bool | None:
+    """Whether a plain chunk carries text, read without decoding it; None: decode to tell.
+
+    Nearly every event of a stream is a plain chunk, one token of text, and decoding
+    each one's JSON was most of the parser's cost. A plain chunk is an object with a
+    text, content or reasoning string and no usage or error; a string key cannot be
+    mimicked inside a JSON string value (its quotes would be escaped), so finding its
+    opener finds the key. Anything else goes to the full parse.
+    """
+    if not (payload.startswith(b"{") and payload.endswith(b"}")):
+        return None
+    for marker in _NEEDS_PARSE:
+        if marker in payload:
+            return None
+    seen = False
+    for opener in _TEXT_OPENERS:
+        at = payload.find(opener)
+        if at >= 0:
+            seen = True
+            if payload[at + len(opener) : at + len(opener) + 1] != b'"':
+                return True
+    return False if seen else None
 
 
 class SseParser:
@@ -78,6 +114,12 @@ class SseParser:
                 continue
             if not payload:
                 continue
+            if st.response_id is not None:
+                token = plain_token(payload)
+                if token is not None:
+                    if token:
+                        self._token(now)
+                    continue
             try:
                 obj = json.loads(payload)
             except ValueError:
@@ -85,6 +127,10 @@ class SseParser:
                 continue
             if not isinstance(obj, dict):
                 continue
+            if st.response_id is None:
+                rid = obj.get("id")
+                if isinstance(rid, str):
+                    st.response_id = rid[:128]
             if "error" in obj and obj["error"]:
                 err = obj["error"]
                 msg = err.get("message") if isinstance(err, dict) else str(err)
@@ -98,9 +144,13 @@ class SseParser:
                     st.completion_tokens = int(usage["completion_tokens"])
             choices = obj.get("choices")
             if choices and isinstance(choices[0], dict) and _text_of(choices[0]):
-                if st.first_token_at is None:
-                    st.first_token_at = now
-                else:
-                    st.gaps.append(now - st.last_token_at)  # type: ignore[operator]
-                st.last_token_at = now
-                st.token_events += 1
+                self._token(now)
+
+    def _token(self, now: float) -> None:
+        st = self.state
+        if st.first_token_at is None:
+            st.first_token_at = now
+        else:
+            st.gaps.append(now - st.last_token_at)  # type: ignore[operator]
+        st.last_token_at = now
+        st.token_events += 1

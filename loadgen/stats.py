@@ -71,6 +71,7 @@ class ClientStats:
     sched_lag_p99_s: float | None
     sched_lag_max_s: float | None
     requests_started: int
+    ttft_kernel_ratio: float | None = None  # share of TTFTs stamped by the kernel on arrival
 
 
 _QS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
@@ -108,6 +109,7 @@ def client_stats(records: Iterable[RequestRecord], start: float, end: float) -> 
                 errors.append(r.error)
     done = len(ok_end)
     ttfts = [r.ttft for r in ok_end if r.ttft is not None]
+    stamped = [r.ttft_kernel for r in ok_end if r.ttft_kernel is not None]
     e2es = [r.e2e for r in ok_end if r.e2e is not None]
     itls = [g for r in ok_end for g in r.itl]
     tpots = [
@@ -142,6 +144,7 @@ def client_stats(records: Iterable[RequestRecord], start: float, end: float) -> 
         sched_lag_p99_s=percentile(lags, 0.99),
         sched_lag_max_s=max(lags) if lags else None,
         requests_started=started,
+        ttft_kernel_ratio=sum(stamped) / len(stamped) if stamped else None,
     )
 
 

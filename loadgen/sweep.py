@@ -257,6 +257,7 @@ class Sweep:
                 for p in ("p50", "p90", "p95", "p99")
             },  # fmt: skip
             e2e_mean_s=_r(cs.e2e_mean_s),
+            ttft_kernel_ratio=_r(cs.ttft_kernel_ratio, 4),
             client_in_flight_mean=_r(cs.in_flight_mean, 4),
             engine_in_flight_mean=_r(e.in_flight, 4),
             littles_law_in_flight=_r(cs.littles_law_in_flight, 4),

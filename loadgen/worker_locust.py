@@ -29,6 +29,8 @@ from typing import Any
 import gevent
 import gevent.pool
 from gevent.fileobject import FileObjectPosix
+from gevent.monkey import get_original
+from geventhttpclient.connectionpool import ConnectionPool
 from locust import (  # importing locust patches the process for gevent
     FastHttpUser,
     LoadTestShape,
@@ -39,6 +41,7 @@ from locust import (  # importing locust patches the process for gevent
 from locust.env import Environment
 from locust.log import setup_logging
 
+from loadgen import rxstamp
 from loadgen.prompts import Prompt, PromptSource, load_jsonl
 from loadgen.records import RequestRecord, WorkerStatus
 from loadgen.schema import WorkerConfig
@@ -48,6 +51,33 @@ log = logging.getLogger("loadgen.worker")
 
 FLUSH_S = 0.2
 RECV_BYTES = 65536
+
+
+_real_select = get_original("select", "select")
+
+
+def _is_socket_alive(self: ConnectionPool, sock: Any) -> bool:
+    """geventhttpclient's check of a pooled connection, without its switch to other greenlets.
+
+    Its version polls through gevent's ``select``, which yields to every other ready
+    greenlet even with a zero timeout: between the request's start stamp and its send,
+    with hundreds of streams' tokens waiting to be read, that yield alone put ~1 ms on
+    every TTFT. A zero-timeout poll never blocks, so the real ``select`` does.
+    """
+    if sock is None:
+        return False
+    try:
+        if sock.fileno() < 0:
+            return False
+        # Readable while idle: the server closed it (FIN) or left bytes behind.
+        readable, _, _ = _real_select([sock], [], [], 0.0)
+        return not readable
+    except (OSError, ValueError):
+        return False
+
+
+if hasattr(ConnectionPool, "_is_socket_alive"):
+    ConnectionPool._is_socket_alive = _is_socket_alive  # type: ignore[method-assign]
 
 
 class _State:
@@ -154,6 +184,11 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
     t0 = time.perf_counter()
     end = t0
     nbytes = 0
+    first_kernel: bool | None = None
+    # One deadline for the whole request rather than a socket timeout, which gevent
+    # enforces with a timer armed and cancelled around every read, i.e. every token.
+    deadline = gevent.Timeout(cfg.request_timeout_s)
+    deadline.start()
     try:
         # The session's request() would fire a Locust event timed to the headers;
         # we fire our own once the stream ends.
@@ -163,24 +198,39 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
             error = _error_text(resp)
         else:
             raw = resp._response
+            sock = raw._sock
+            if sock is not None:
+                # The deadline bounds every read from here on (and the next requests' on
+                # this pooled connection, which all run under their own deadlines).
+                sock.settimeout(None)
+            kernel = sock is not None and rxstamp.enable(sock)
+            # Bytes read with the headers have no kernel stamp: they get the client's clock.
+            stamp, stamp_kernel = time.perf_counter(), False
             # Read what has arrived, stamp it, parse it: the session's iter_content
             # waits for a full 1 KiB block and would delay each token.
             while True:
                 buf = raw._body_buffer
                 if buf:
-                    now = time.perf_counter()
                     chunk = bytes(buf)
                     del buf[:]
                     nbytes += len(chunk)
-                    parser.feed(chunk, now)
-                    end = now
+                    had_first = parser.state.first_token_at is not None
+                    parser.feed(chunk, stamp)
+                    if not had_first and parser.state.first_token_at is not None:
+                        first_kernel = stamp_kernel
+                    end = stamp
                 if raw.message_complete:
                     break
                 sock = raw._sock
                 if sock is None:
                     error = "connection closed mid-stream"
                     break
-                got = sock.recv(RECV_BYTES)
+                if kernel:
+                    got, kwall = rxstamp.recv(sock, RECV_BYTES)
+                    stamp, stamp_kernel = rxstamp.to_perf(kwall)
+                else:
+                    got = sock.recv(RECV_BYTES)
+                    stamp = time.perf_counter()
                 if not got:
                     error = "connection closed mid-stream"
                     break
@@ -191,6 +241,12 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
                 error = st.error
             if error is None and st.token_events == 0:
                 error = "the stream carried no tokens (not an OpenAI-compatible SSE stream?)"
+    except gevent.Timeout as exc:
+        if exc is not deadline:
+            raise
+        error = f"the request took over {cfg.request_timeout_s:g} s (--request-timeout)"
+        if raw is not None:
+            raw.release()  # closes the connection: the response is incomplete
     except gevent.GreenletExit:
         if raw is not None:
             raw.release()
@@ -200,6 +256,8 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
         error = f"{type(exc).__name__}: {exc}"[:300]
         if raw is not None:
             raw.release()
+    finally:
+        deadline.close()
     end = max(end, time.perf_counter()) if error else end
     st = parser.state
     e2e = end - t0
@@ -207,7 +265,8 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
     out = st.completion_tokens if st.completion_tokens is not None else (st.token_events or None)
     STATE.in_flight.pop(rid, None)
     rec = RequestRecord(STATE.worker_id, step, start_wall, e2e, ttft, tuple(st.gaps),
-                        st.prompt_tokens, out, error, lag)  # fmt: skip
+                        st.prompt_tokens, out, error, lag, st.response_id,
+                        None if ttft is None else first_kernel)  # fmt: skip
     _emit(rec)
     user.environment.events.request.fire(
         request_type="POST",

@@ -90,7 +90,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--no-ignore-eos", action="store_true", help="do not send ignore_eos (non-vLLM servers)"
     )
     p.add_argument("--no-usage", action="store_true", help="do not ask for usage in the stream")
-    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds (default 120)")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=120.0,
+        help="seconds one request may take, send to last token (default 120)",
+    )
     p.add_argument("--vllm-metrics", metavar="URL", help="engine metrics (default TARGET/metrics)")
     p.add_argument(
         "--no-engine-metrics", action="store_true", help="do not read the engine's /metrics"

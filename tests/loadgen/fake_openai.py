@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 import time
@@ -21,6 +22,7 @@ def build_app(
     ttft: float, itl: float, cap: int, model: str, mode: str, fail_above: int | None = None
 ) -> web.Application:
     sem = asyncio.Semaphore(cap)
+    ids = itertools.count()
     state = {"running": 0, "waiting": 0, "success": 0, "gen": 0}
 
     async def models(_req: web.Request) -> web.Response:
@@ -57,15 +59,16 @@ def build_app(
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(req)
             t0 = time.monotonic()
+            rid = f"cmpl-fake{next(ids)}"
             for i in range(n):
                 due = t0 + ttft + i * itl
                 delay = due - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 if chat:
-                    chunk = {"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}
+                    chunk = {"id": rid, "choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}
                 else:
-                    chunk = {"choices": [{"index": 0, "text": f" t{i}"}]}
+                    chunk = {"id": rid, "choices": [{"index": 0, "text": f" t{i}"}]}
                 await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 state["gen"] += 1
             opts = body.get("stream_options") or {}

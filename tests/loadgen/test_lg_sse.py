@@ -70,3 +70,96 @@ def test_comments_and_a_last_event_without_blank_line() -> None:
     assert p.state.token_events == 0
     p.finish(now=4.0)
     assert p.state.token_events == 1 and p.state.first_token_at == 4.0
+
+
+# -- the plain-chunk fast path must agree with decoding the chunk --------------------------
+
+
+def _decoded_has_text(payload: bytes) -> bool:
+    from loadgen.sse import _text_of
+
+    obj = json.loads(payload)
+    choices = obj.get("choices")
+    return bool(choices and isinstance(choices[0], dict) and _text_of(choices[0]))
+
+
+def _chunks(rng) -> bytes:
+    """Chunks as vLLM, SGLang and others send them, compact or spaced, with awkward text."""
+    texts = ["", " the", '"', '\\"', "text", '"text":"x', "\n", "é", "\u2028", " ", "{}", '":"']
+    text = rng.choice(texts)
+    kind = rng.choice(["completion", "chat", "role", "finish", "reasoning", "tool", "logprobs",
+                       "usage", "error", "null-content", "empty-choices"])  # fmt: skip
+    base: dict = {"id": "cmpl-1", "object": "chunk", "created": 1, "model": "m"}
+    if kind == "completion":
+        base["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}]
+    elif kind == "chat":
+        base["choices"] = [{"index": 0, "delta": {"content": text}, "finish_reason": None}]
+    elif kind == "role":
+        base["choices"] = [{"index": 0, "delta": {"role": "assistant", "content": ""}}]
+    elif kind == "finish":
+        base["choices"] = [{"index": 0, "text": "", "finish_reason": "length"}]
+    elif kind == "reasoning":
+        key = rng.choice(["reasoning_content", "reasoning"])
+        base["choices"] = [{"index": 0, "delta": {"content": rng.choice(["", None]), key: text}}]
+    elif kind == "tool":
+        call = {"index": 0, "function": {"name": "f", "arguments": '{"text":"' + text + '"}'}}
+        base["choices"] = [{"index": 0, "delta": {"content": None, "tool_calls": [call]}}]
+    elif kind == "logprobs":
+        lp = {"content": [{"token": text, "logprob": -0.1, "top_logprobs": []}]}
+        base["choices"] = [{"index": 0, "delta": {"content": text}, "logprobs": lp}]
+    elif kind == "usage":
+        base["choices"] = [{"index": 0, "text": text}]
+        n = rng.randrange(1, 10_000)  # each differs: the last one read must be the one kept
+        base["usage"] = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}
+    elif kind == "error":
+        base = {"error": {"message": text or "boom", "type": "x", "code": 500}}
+    elif kind == "null-content":
+        base["choices"] = [{"index": 0, "delta": {"content": None}}]
+    else:
+        base["choices"] = []
+    compact = rng.random() < 0.5
+    return json.dumps(
+        base,
+        separators=(",", ":") if compact else (", ", ": "),
+        ensure_ascii=rng.random() < 0.5,
+    ).encode()
+
+
+def test_plain_chunks_read_without_decoding_agree_with_decoding() -> None:
+    import random
+
+    from loadgen.sse import plain_token
+
+    rng = random.Random(7)
+    fast = 0
+    for _ in range(5000):
+        payload = _chunks(rng)
+        got = plain_token(payload)
+        if got is not None:
+            fast += 1
+            assert got == _decoded_has_text(payload), payload
+    assert fast > 2000  # the fast path does take the common chunks
+
+
+def test_a_stream_parses_the_same_with_and_without_the_fast_path(monkeypatch) -> None:
+    import random
+
+    import loadgen.sse as sse
+
+    rng = random.Random(11)
+    events = [_chunks(rng) for _ in range(400)]
+    events = [e for e in events if b'"error"' not in e]
+    data = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+
+    def parse() -> sse.StreamState:
+        p = SseParser()
+        for i in range(0, len(data), 97):
+            p.feed(data[i : i + 97], now=float(i))
+        p.finish(now=1e9)
+        return p.state
+
+    with_fast = parse()
+    monkeypatch.setattr(sse, "plain_token", lambda payload: None)
+    without = parse()
+    assert with_fast == without
+    assert with_fast.token_events > 100 and with_fast.response_id == "cmpl-1"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +69,14 @@ def test_closed_sweep_finds_the_cap_and_writes_every_output(fake_server, tmp_pat
     assert html.count("data:image/png;base64,") == 4 and "Saturation" in html
     raw = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert any(r.get("k") == "r" and r["itl"] for r in raw)  # raw records kept
+    done = [r for r in raw if r.get("k") == "r" and r["err"] is None]
+    # Each request names the server's id for it, so a slow one can be found in its logs.
+    assert len({r["id"] for r in done}) == len(done) and all(
+        r["id"].startswith("cmpl-fake") for r in done
+    )
+    if sys.platform.startswith("linux"):
+        # First tokens are timed by the kernel's receive stamp, not when the client got to them.
+        assert all(s["ttft_kernel_ratio"] > 0.9 for s in steps)
 
 
 def test_open_loop_measures_rate_and_scheduling_lag(fake_server, tmp_path, capsys) -> None:
@@ -191,3 +202,59 @@ def test_workers_run_a_master_and_worker_processes(fake_server, tmp_path, capsys
     assert s["client_in_flight_mean"] == pytest.approx(4, rel=0.15)
     raw = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert len({r["w"] for r in raw if r.get("k") == "r"}) == 2  # both workers sent requests
+
+
+def test_a_worker_started_elsewhere_joins_the_sweep(fake_server, tmp_path) -> None:
+    """What the README tells users to run on another host, run here as its own process."""
+    url = fake_server("--ttft", "0.02", "--itl", "0.005")
+    out = tmp_path / "ext"
+    port = _closed_port()  # free now; the sweep's master takes it
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "headroom", "sweep", "--target", url, "--concurrency", "3",
+         "--external-workers", "1", "--master-port", str(port), *QUICK, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worker = None
+    try:
+        config = out / "loadgen-config.json"
+        deadline = time.monotonic() + 60
+        while not config.exists() and time.monotonic() < deadline and sweep.poll() is None:
+            time.sleep(0.1)
+        assert config.exists(), "the sweep wrote no loadgen-config.json for remote workers"
+        # The remote host gets a copy of the config file, not the sweep's directory.
+        copy = tmp_path / "remote-config.json"
+        copy.write_text(config.read_text())
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.worker_locust", "--role", "worker",
+             "--master-host", "127.0.0.1", "--master-port", str(port), "--mode", "closed",
+             "--config", str(copy)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+        )  # fmt: skip
+        _, err = sweep.communicate(timeout=240)
+        assert sweep.returncode == 0, err[-2000:]
+    finally:
+        for p in (sweep, worker):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    (s,) = _effective(_steps(out))
+    assert s["requests_completed"] > 0 and s["error_ratio"] == 0
+    assert s["client_in_flight_mean"] == pytest.approx(3, rel=0.15)
+    raw = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    # Every request came from the worker that joined, through the master.
+    assert {r["w"] for r in raw if r.get("k") == "r"} == {f"{socket.gethostname()}-{worker.pid}"}
+
+
+def test_a_stream_slower_than_the_request_timeout_fails_as_such(
+    fake_server, tmp_path, capsys
+) -> None:
+    # First token at once, then 10 tokens 0.3 s apart: 3 s a request, against a 1 s limit.
+    url = fake_server("--ttft", "0.01", "--itl", "0.3")
+    out = tmp_path / "slow"
+    rc = main(["sweep", "--target", url, "--concurrency", "2", "--request-timeout", "1", *QUICK,
+               "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1 and "every request failed" in err
+    (s,) = _steps(out)
+    assert s["requests_completed"] == 0 and s["requests_failed"] >= 2
+    assert "took over 1 s" in s["errors_sample"][0]

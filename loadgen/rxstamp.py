@@ -1,0 +1,71 @@
+"""Kernel receive timestamps (SO_TIMESTAMPNS) for the bytes of a response stream.
+
+An engine emits one token for every running stream at the end of each step, so
+hundreds of streams' bytes land together and one client thread works through
+them in turn: stamped when the client gets round to a socket, a first token
+looks late by however long the client spent on the sockets before it. The
+kernel stamps each segment as it reaches the socket, so a time taken from the
+kernel is the token's arrival, whatever the client was doing. TCP hands back
+the stamp of the newest segment a read consumed, which is the token's own as
+long as the client keeps up (one event per read).
+
+Gevent-free: any socket object with ``recvmsg`` (gevent's cooperative one in
+the worker, the standard one in tests). TLS sockets and platforms without the
+option read plainly and the caller stamps with its own clock.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+# Linux's value where Python does not export the name (it does from 3.13 on some builds).
+SO_TIMESTAMPNS: int | None = getattr(
+    socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None
+)
+_TIMESPEC = struct.Struct("@qq")
+_CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+# A stamp further from the wall clock than this is not trusted (a clock step, a bogus value).
+_MAX_AGE_S = 60.0
+
+
+def enable(sock: Any) -> bool:
+    """Ask the kernel to stamp what arrives on ``sock``; False where it cannot be read back."""
+    if SO_TIMESTAMPNS is None or not _CMSG_SPACE or not hasattr(sock, "recvmsg"):
+        return False
+    if hasattr(sock, "cipher"):  # TLS: the stamps would be the records', unreadable through SSL
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def recv(sock: Any, nbytes: int) -> tuple[bytes, float | None]:
+    """Read up to ``nbytes``; return them with the kernel's wall-clock arrival, or None.
+
+    None when the kernel attached no stamp: the first segments after ``enable``
+    can arrive before the kernel starts stamping.
+    """
+    data, ancillary, _flags, _addr = sock.recvmsg(nbytes, _CMSG_SPACE)
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+            sec, nsec = _TIMESPEC.unpack_from(payload)
+            return data, sec + nsec * 1e-9
+    return data, None
+
+
+def to_perf(kernel_wall: float | None) -> tuple[float, bool]:
+    """The ``time.perf_counter`` reading for a kernel stamp: (time, True), else (now, False)."""
+    now_perf = time.perf_counter()
+    if kernel_wall is None:
+        return now_perf, False
+    age = time.time() - kernel_wall
+    # Float rounding of a 1.7e9 s wall time is ~0.2 us: a hair below zero is "just now".
+    if not -1e-3 <= age <= _MAX_AGE_S:
+        return now_perf, False
+    return now_perf - max(0.0, age), True
