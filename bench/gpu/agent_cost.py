@@ -35,6 +35,18 @@ CONFIGS = {
         "seconds": 20.0,
         "gpus": 1,
     },
+    # The same, with the host source as it was before reading threads from schedstat and
+    # the CPU frequency every 10 s: psutil's threads() and cpu_freq() on every tick.
+    "agent-1gpu-1s-old-host": {
+        "gpm": True,
+        "util_every": 5.0,
+        "host": True,
+        "vllm": True,
+        "interval": 1.0,
+        "seconds": 20.0,
+        "gpus": 1,
+        "old_host": True,
+    },
     "agent-all-1s": {
         "gpm": True,
         "util_every": 5.0,
@@ -128,11 +140,34 @@ def run_one(name: str, vllm_url: str | None, workload_pid: int | None) -> dict[s
         NvmlSource(gpm=bool(cfg["gpm"]), util_every_s=float(cfg["util_every"]), indices=indices)
     ]
     if cfg["host"]:
-        sources.append(HostSource(pids=[workload_pid] if workload_pid else []))
+        host = HostSource(pids=[workload_pid] if workload_pid else [])
+        if cfg.get("old_host"):
+            host._schedstat = False
+            host.freq_every_s = 0.0
+        sources.append(host)
     if cfg["vllm"] and vllm_url:
         sources.append(VllmSource(vllm_url))
+    # Each source's own CPU (the thread it is read on), to say where a tick's time goes.
+    per_source: dict[str, float] = {}
+
+    def timed(src: object) -> object:
+        read = src.read  # type: ignore[attr-defined]
+
+        def read_timed() -> object:
+            t = time.thread_time()
+            try:
+                return read()
+            finally:
+                key = src.name  # type: ignore[attr-defined]
+                per_source[key] = per_source.get(key, 0.0) + time.thread_time() - t
+
+        src.read = read_timed  # type: ignore[attr-defined]
+        return src
+
+    sources = [timed(src) for src in sources]
     sampler = Sampler(sources, interval=float(cfg["interval"]), capacity=100_000)
     sampler.tick()  # first tick allocates GPM buffers and warms caches: not counted
+    per_source.clear()
     c0, t0 = time.process_time(), time.monotonic()
     sampler.run(duration=float(cfg["seconds"]))
     c1, t1 = time.process_time(), time.monotonic()
@@ -172,6 +207,12 @@ def run_one(name: str, vllm_url: str | None, workload_pid: int | None) -> dict[s
             if g is not None and getattr(g, k) is not None
         ),
         "engines": len(snaps[-1].engines) if snaps else 0,
+        "source_ms_per_tick": {
+            k: round(1000 * v / max(1, ticks), 3) for k, v in per_source.items()
+        },
+        "threads_read": sum(len(p.threads) for p in snaps[-1].host.processes)
+        if snaps and snaps[-1].host is not None
+        else None,
     }
 
 
@@ -298,6 +339,9 @@ def main() -> None:
         lines.append(
             f"{r['config']:<28} {r.get('gpus', '-')!s:>4} {r.get('ticks', '-')!s:>6} {r['cpu_ms_per_tick']:>12.3f} {100 * r['core_share']:>11.3f}%  {fields}"
         )
+        if r.get("source_ms_per_tick"):
+            lines.append(f"{'':<28}   per source, ms CPU/tick: {r['source_ms_per_tick']}; "
+                         f"engine threads read: {r.get('threads_read')}")  # fmt: skip
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

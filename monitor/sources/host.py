@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -45,6 +46,46 @@ def _cpu_freq() -> tuple[float | None, float | None]:
     current = f.current if f.current and f.current > 0 else None
     top = f.max if f.max and f.max > 0 else None
     return current, top
+
+
+def _read_small(path: str) -> bytes | None:
+    # os.open/os.read: a third of what a Python file object costs, and this runs for
+    # every thread of every engine process on every tick.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 512)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _thread_cpu(pid: int) -> list[tuple[int, float]] | None:
+    """Each thread's CPU seconds from /proc/PID/task/TID/schedstat, or None to fall back.
+
+    The scheduler's own runtime counter (nanoseconds, user and system together) is
+    finer than the 10 ms ticks of /stat, and its file is shorter to read and parse.
+    """
+    base = f"/proc/{pid}/task/"
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return None
+    out = []
+    for tid in tids:
+        data = _read_small(base + tid + "/schedstat")
+        if data is None:
+            if os.path.exists(base + tid):
+                return None  # no schedstat on this kernel: psutil reads /stat
+            continue  # the thread ended between listing and reading
+        try:
+            out.append((int(tid), int(data.split(None, 1)[0]) * 1e-9))
+        except (ValueError, IndexError):
+            return None
+    return out
 
 
 def _thread_name(pid: int, tid: int) -> str:
@@ -89,12 +130,19 @@ class HostSource:
         pids: Sequence[int] = (),
         ports: Sequence[int] = (),
         rediscover_s: float = 10.0,
+        freq_every_s: float = 10.0,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pids = tuple(int(p) for p in pids)
         self.ports = tuple(int(p) for p in ports)
         self.rediscover_s = float(rediscover_s)
+        # psutil.cpu_freq() reads three files per CPU (hundreds on a big host) for a
+        # figure that changes slowly and no rule acts on: refresh it now and then.
+        self.freq_every_s = float(freq_every_s)
+        self._freq: tuple[float | None, float | None] = (None, None)
+        self._next_freq = -float("inf")
+        self._schedstat = sys.platform.startswith("linux")
         self._clock = clock
         self._procs: dict[int, psutil.Process] = {}
         self._thread_names: dict[tuple[int, int], str] = {}
@@ -152,23 +200,31 @@ class HostSource:
         self._thread_names = {}
         return notes
 
+    def _threads(self, proc: psutil.Process) -> list[tuple[int, float]]:
+        if self._schedstat:
+            fast = _thread_cpu(proc.pid)
+            if fast is not None:
+                return fast
+            self._schedstat = False  # not on this kernel: do not try again each tick
+        return [(th.id, th.user_time + th.system_time) for th in proc.threads()]
+
     def _process(self, proc: psutil.Process) -> ProcessCpu | None:
         try:
             with proc.oneshot():
                 times = proc.cpu_times()
                 name = proc.name()
-            threads = proc.threads()
+            threads = self._threads(proc)
         except _GONE:
             return None
         out = []
-        for th in threads:
-            key = (proc.pid, th.id)
+        for tid, cpu in threads:
+            key = (proc.pid, tid)
             tname = self._thread_names.get(key)
             if tname is None:
-                tname = _thread_name(proc.pid, th.id)
+                tname = _thread_name(proc.pid, tid)
                 if tname:
                     self._thread_names[key] = tname
-            out.append(ThreadCpu(th.id, tname, th.user_time + th.system_time))
+            out.append(ThreadCpu(tid, tname, cpu))
         return ProcessCpu(proc.pid, name, times.user + times.system, tuple(out))
 
     def read(self) -> Reading:
@@ -176,7 +232,11 @@ class HostSource:
             if self._clock() >= self._next_discovery and (self.pids or self.ports):
                 self._discover()
             total, idle, steal = _cpu_totals()
-            freq, freq_max = _cpu_freq()
+            now = self._clock()
+            if now >= self._next_freq:
+                self._freq = _cpu_freq()
+                self._next_freq = now + self.freq_every_s
+            freq, freq_max = self._freq
             processes = []
             for pid in sorted(self._procs):
                 p = self._process(self._procs[pid])

@@ -178,3 +178,30 @@ def test_processes_are_looked_for_again_only_after_rediscover_s(
     now[0] = 10.5
     pids = {p.pid for p in src.read().host.processes}
     assert pids >= {server_pid, child}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_thread_cpu_read_from_schedstat_agrees_with_psutil(burner: subprocess.Popen[str]) -> None:
+    time.sleep(0.5)  # let the burner thread run up some CPU
+    src = HostSource(pids=[burner.pid])
+    before = {th.id: th.user_time + th.system_time for th in psutil.Process(burner.pid).threads()}
+    (proc,) = src.read().host.processes
+    after = {th.id: th.user_time + th.system_time for th in psutil.Process(burner.pid).threads()}
+    assert {t.tid for t in proc.threads} == set(before)
+    busiest = max(proc.threads, key=lambda t: t.cpu_seconds)
+    assert busiest.name == "hr-burner" and busiest.cpu_seconds > 0.2
+    # /stat counts 10 ms ticks, schedstat nanoseconds: the same clock, read a moment apart.
+    assert before[busiest.tid] - 0.02 <= busiest.cpu_seconds <= after[busiest.tid] + 0.02
+
+
+def test_without_schedstat_the_threads_come_from_psutil(
+    burner: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import monitor.sources.host as host
+
+    monkeypatch.setattr(host, "_thread_cpu", lambda pid: None)  # a kernel without schedstat
+    src = HostSource(pids=[burner.pid])
+    w = _window(src)
+    assert src._schedstat is False
+    assert w.busiest_thread is not None and w.busiest_thread.name == "hr-burner"
+    assert w.busiest_thread.cpu_ratio > 0.5
