@@ -12,7 +12,8 @@ Rows, all on tests/fixtures/vllm-0.32.0-cpu-metrics-under-load.txt (54 KB, 639 l
   (d) engines_from_text: (c) plus grouping into EngineSamples, VllmSource's whole parse;
   (e) VllmSource.read() against an HTTP server on 127.0.0.1 in another process, so
       that time.process_time counts the client alone: fetch + parse + grouping;
-  (f) promtext.fetch alone (httpx GET of the same page), the HTTP share of (e).
+  (f) promtext.Scraper.get alone (http.client GET of the same page), the HTTP share of (e);
+  (g) the same GET through httpx, which the sources used before the Scraper.
 
 Method (MACHINE.md): the rows run interleaved, one batch of each per repeat; a batch
 is timed by time.process_time (CPU) and per call by time.perf_counter (wall). A stall
@@ -40,15 +41,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from loadgen.stall import StallProbe  # noqa: E402
 from monitor.sources import metric_names, promtext  # noqa: E402
 from monitor.sources.promtext import (  # noqa: E402
     Sample,
+    Scraper,
     expand_names,
-    fetch,
-    make_client,
     parse,
     select_lines,
 )
@@ -167,7 +168,8 @@ def main() -> int:
         assert server.stdout is not None
         url = f"http://127.0.0.1:{server.stdout.readline().strip()}"
         source = VllmSource(url)
-        client = make_client(2.0)
+        scraper = Scraper(source.url, 2.0)
+        client = httpx.Client(timeout=2.0, headers={"Accept-Encoding": "identity"}, trust_env=False)
         try:
             failed: list[str] = []
 
@@ -192,9 +194,10 @@ def main() -> int:
                 Row("(c0) promtext.parse, first scrape", parse_cold, args.calls),
                 Row("(d) engines_from_text", lambda: engines_from_text(text, url), args.calls),
                 Row("(e) VllmSource.read() over HTTP", read_checked, args.reads),
+                Row("(f) Scraper.get alone (http.client)", scraper.get, args.reads),
                 Row(
-                    "(f) promtext.fetch alone (httpx)",
-                    lambda: fetch(client, source.url, 2.0),
+                    "(g) the same GET through httpx",
+                    lambda: client.get(source.url).text,
                     args.reads,
                 ),
             ]
@@ -217,6 +220,7 @@ def main() -> int:
                 worst = probe.worst()
         finally:
             source.close()
+            scraper.close()
             client.close()
     finally:
         server.terminate()

@@ -12,16 +12,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
-
 from monitor.errors import ConfigError, EndpointError
 from monitor.samples import GpuSample, SourceError
 from monitor.sources.base import Reading
 from monitor.sources.promtext import (
+    Scraper,
     display_url,
     expand_names,
-    fetch,
-    make_client,
     metrics_url,
     parse,
 )
@@ -207,13 +204,12 @@ class DcgmExporterSource:
 
     name = "dcgm-exporter"
 
-    def __init__(self, url: str, timeout: float = 2.0, client: httpx.Client | None = None) -> None:
+    def __init__(self, url: str, timeout: float = 2.0) -> None:
         if not timeout > 0:
             raise ConfigError(f"HTTP timeout must be positive, not {timeout!r}")
         self.url = metrics_url(url, "dcgm-exporter")
         self.timeout = float(timeout)
-        self._owns_client = client is None
-        self._client = client if client is not None else make_client(self.timeout)
+        self._scraper = Scraper(self.url, self.timeout)
         self.notes: tuple[str, ...] = ()
 
     def _error(self, message: str) -> Reading:
@@ -221,7 +217,7 @@ class DcgmExporterSource:
 
     def read(self) -> Reading:
         try:
-            text = fetch(self._client, self.url, self.timeout)
+            text = self._scraper.get()
             gpus, skipped = gpus_from_text(text, self.url)
         except EndpointError as exc:
             return self._error(str(exc))
@@ -237,5 +233,4 @@ class DcgmExporterSource:
         return Reading(gpus=gpus, errors=errors)
 
     def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
+        self._scraper.close()

@@ -13,8 +13,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-import httpx
-
 from monitor.errors import ConfigError, EndpointError
 from monitor.samples import EngineSample, Histogram, SourceError
 from monitor.sources import metric_names as mn
@@ -22,10 +20,9 @@ from monitor.sources.base import Reading
 from monitor.sources.promtext import (
     Exposition,
     Sample,
+    Scraper,
     display_url,
     expand_names,
-    fetch,
-    make_client,
     metrics_url,
     parse,
 )
@@ -222,7 +219,6 @@ class VllmSource:
         self,
         url: str,
         timeout: float = 2.0,
-        client: httpx.Client | None = None,
         flavour: str | None = None,
     ) -> None:
         if not timeout > 0:
@@ -233,8 +229,7 @@ class VllmSource:
             self._flavour = mn.flavour(flavour) if flavour is not None else None
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        self._owns_client = client is None
-        self._client = client if client is not None else make_client(self.timeout)
+        self._scraper = Scraper(self.url, self.timeout)
         self.notes: tuple[str, ...] = ()
 
     @property
@@ -247,7 +242,7 @@ class VllmSource:
 
     def read(self) -> Reading:
         try:
-            text = fetch(self._client, self.url, self.timeout)
+            text = self._scraper.get()
             engines, skipped = engines_from_text(text, self.url, self._flavour)
         except EndpointError as exc:
             return self._error(str(exc))
@@ -266,5 +261,4 @@ class VllmSource:
         return Reading(engines=engines, errors=errors)
 
     def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
+        self._scraper.close()

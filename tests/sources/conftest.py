@@ -31,6 +31,7 @@ class FakeServer:
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
         self.hits: list[str] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self._lock = threading.Lock()
         server = self
 
@@ -40,6 +41,7 @@ class FakeServer:
             def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
                 with server._lock:
                     server.hits.append(self.path)
+                    server.authorizations.append(self.headers.get("Authorization"))
                     route = server.routes.get(self.path)
                     drop = route is not None and route.drop > 0
                     if drop:

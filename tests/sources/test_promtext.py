@@ -12,10 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.errors import ConfigError, EndpointError
 from monitor.sources.promtext import (
+    Scraper,
     display_url,
     expand_names,
-    fetch,
-    make_client,
     metrics_url,
     parse,
     select_lines,
@@ -148,22 +147,39 @@ def test_credentials_never_appear_in_messages(http_server) -> None:
     assert display_url("http://user:s3cret@h:8000/metrics") == "http://h:8000/metrics"
     port = http_server.port
     http_server.stop()  # nothing listens there now
-    with make_client(0.5) as client, pytest.raises(EndpointError) as err:
-        fetch(client, f"http://user:s3cret@127.0.0.1:{port}/metrics", 0.5)
+    with Scraper(f"http://user:s3cret@127.0.0.1:{port}/metrics", 0.5) as scraper:
+        with pytest.raises(EndpointError) as err:
+            scraper.get()
     assert "s3cret" not in str(err.value)
     assert "connection refused" in str(err.value)
 
 
 def test_a_dropped_keep_alive_connection_is_retried_once(http_server) -> None:
     http_server.set("/metrics", "m 1\n")
-    with make_client(2.0) as client:
-        assert fetch(client, http_server.url + "/metrics", 2.0) == "m 1\n"
+    with Scraper(http_server.url + "/metrics", 2.0) as scraper:
+        assert scraper.get() == "m 1\n"
         http_server.routes["/metrics"].drop = 1
-        assert fetch(client, http_server.url + "/metrics", 2.0) == "m 1\n"
+        assert scraper.get() == "m 1\n"
         assert len(http_server.hits) == 3
         http_server.routes["/metrics"].drop = 2
         with pytest.raises(EndpointError, match="closed the connection"):
-            fetch(client, http_server.url + "/metrics", 2.0)
+            scraper.get()
+
+
+def test_credentials_in_the_url_are_sent_as_basic_auth(http_server) -> None:
+    http_server.set("/metrics", "m 1\n")
+    port = http_server.port
+    with Scraper(f"http://us%40er:p%3Ass@127.0.0.1:{port}/metrics", 2.0) as scraper:
+        assert scraper.get() == "m 1\n"
+    # "us@er:p:ss", percent-decoded, base64-encoded
+    assert http_server.authorizations == ["Basic dXNAZXI6cDpzcw=="]
+
+
+def test_a_page_in_another_charset_is_decoded_by_it(http_server) -> None:
+    http_server.set("/metrics", "m{l=\"\u00e9\"} 1\n".encode("latin-1"),
+                    content_type="text/plain; version=0.0.4; charset=iso-8859-1")  # fmt: skip
+    with Scraper(http_server.url + "/metrics", 2.0) as scraper:
+        assert scraper.get() == 'm{l="\u00e9"} 1\n'
 
 
 def test_nan_values_survive_parsing_for_the_caller_to_judge() -> None:

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.sources import promtext
 from monitor.sources.metric_names import all_metric_names
-from monitor.sources.promtext import expand_names, fetch, make_client, parse, select_lines
+from monitor.sources.promtext import Scraper, expand_names, parse, select_lines
 
 FIXTURES = (
     "vllm-0.32.0-cpu-metrics-idle.txt",
@@ -404,8 +404,8 @@ def test_the_engine_is_not_asked_to_gzip_its_page() -> None:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         with httpx.Client(trust_env=False) as plain:
             plain.get(url, timeout=10.0)  # what a default client gets
-        with make_client(10.0) as client:
-            text = fetch(client, url, 10.0)
+        with Scraper(url, 10.0) as scraper:
+            text = scraper.get()
     finally:
         server.shutdown()
         server.server_close()
