@@ -53,6 +53,8 @@ class Selector:
     labels: tuple[tuple[str, str], ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
+        if not self.labels:  # most selectors: every series of the name (checked per sample)
+            return True
         return all(labels.get(k) == v for k, v in self.labels)
 
 

@@ -166,15 +166,32 @@ def _engine(series: _Series, key: Key, url: str, flavour: mn.Flavour) -> EngineS
 _ALL_NAMES = expand_names(mn.all_metric_names())
 
 
+# Per flavour, computed once: the sample names it reads, and each family's names.
+_NAMES: dict[str, frozenset[str]] = {}
+_FAMILIES: dict[str, tuple[frozenset[str], ...]] = {}
+
+
+def _names_of(flavour: mn.Flavour) -> frozenset[str]:
+    names = _NAMES.get(flavour.name)
+    if names is None:
+        names = _NAMES[flavour.name] = expand_names(flavour.metric_names())
+    return names
+
+
 def _hits(present: set[str], flavour: mn.Flavour) -> int:
-    return sum(1 for base in flavour.metric_names() if expand_names((base,)) & present)
+    families = _FAMILIES.get(flavour.name)
+    if families is None:
+        families = tuple(expand_names((base,)) for base in sorted(flavour.metric_names()))
+        _FAMILIES[flavour.name] = families
+    return sum(1 for names in families if not names.isdisjoint(present))
 
 
 def detect_flavour(exposition: Exposition) -> tuple[mn.Flavour, int]:
     """The flavour with the most families present, and how many it has."""
     present = exposition.names()
-    best = max(mn.FLAVOURS.values(), key=lambda f: _hits(present, f))
-    return best, _hits(present, best)
+    hits = {f.name: _hits(present, f) for f in mn.FLAVOURS.values()}
+    best = max(mn.FLAVOURS.values(), key=lambda f: hits[f.name])
+    return best, hits[best.name]
 
 
 def _not_served(text: str, url: str, flavour: mn.Flavour | None) -> EndpointError:
@@ -196,7 +213,7 @@ def engines_from_text(
 
     Raises EndpointError when the page is not a serving engine's metrics.
     """
-    names = _ALL_NAMES if flavour is None else expand_names(flavour.metric_names())
+    names = _ALL_NAMES if flavour is None else _names_of(flavour)
     exposition = parse(text, names)
     if flavour is None:
         chosen, hits = detect_flavour(exposition)
@@ -204,7 +221,7 @@ def engines_from_text(
         chosen, hits = flavour, _hits(exposition.names(), flavour)
     if hits == 0:
         raise _not_served(text, url, flavour)
-    mine = expand_names(chosen.metric_names())
+    mine = _names_of(chosen)
     series = _group((s for s in exposition.samples if s.name in mine), chosen)
     engines = tuple(_engine(series, key, url, chosen) for key in series.keys)
     return engines, exposition.skipped_lines
