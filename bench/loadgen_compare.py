@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -315,6 +316,28 @@ def _proc_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class CpuSampler:
+    """Samples a client's cumulative CPU seconds ten times a second: (wall time, seconds)."""
+
+    def __init__(self, read: Callable[[], float | None]) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._read = read
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            c = self._read()
+            if c is not None:
+                self.samples.append((time.time(), c))
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 # -- headroom's generator ----------------------------------------------------------------
 
 
@@ -402,18 +425,8 @@ def run_vllm(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=tmp)  # fmt: skip
     assert proc.stdout is not None
-    cpu_samples: list[tuple[float, float]] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            c = _proc_cpu(proc.pid)
-            if c is not None:
-                cpu_samples.append((time.time(), c))
-            time.sleep(0.1)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    usage = CpuSampler(lambda: _proc_cpu(proc.pid))
+    cpu_samples = usage.samples
     t_main = None
     tail: list[str] = []
     for line in proc.stdout:
@@ -421,8 +434,7 @@ def run_vllm(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
         if t_main is None and line.startswith("Starting main benchmark run"):
             t_main = time.time()
     proc.wait(timeout=60)
-    stop.set()
-    sampler.join()
+    usage.stop()
     result_file = tmp / "r.json"
     if t_main is None or not result_file.exists():
         shutil.rmtree(tmp, ignore_errors=True)
@@ -493,24 +505,13 @@ def run_guidellm(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=tmp)  # fmt: skip
     assert proc.stdout is not None
-    cpu_samples: list[tuple[float, float]] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            c = _tree_cpu(proc.pid)
-            if c is not None:
-                cpu_samples.append((time.time(), c))
-            time.sleep(0.1)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    usage = CpuSampler(lambda: _tree_cpu(proc.pid))
+    cpu_samples = usage.samples
     tail: list[str] = []
     for line in proc.stdout:
         tail = (tail + [line.rstrip()])[-15:]
     proc.wait(timeout=120)
-    stop.set()
-    sampler.join()
+    usage.stop()
     if not out.exists():
         shutil.rmtree(tmp, ignore_errors=True)
         return {"kept": 0, "dropped": 1, "note": "failed: " + " | ".join(tail[-4:])}
