@@ -82,7 +82,12 @@ def _latency(step: StepResult) -> float | None:
 
 
 def queueing(step: StepResult) -> bool:
-    w = step.waiting_mean
+    """Requests wait through most of the hold, not only when a cohort is re-admitted.
+
+    Streams of one length started together finish together and re-enter the queue
+    together: one reading of that moment lifts the mean past the threshold, the median
+    stays at zero. Steps written before the median was kept fall back to the mean."""
+    w = step.waiting_p50 if step.waiting_p50 is not None else step.waiting_mean
     if w is None:
         return False
     return w >= QUEUE_MIN and w >= QUEUE_SHARE * (step.running_mean or 0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,10 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
+def _median(values: tuple[float, ...]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 @dataclass(frozen=True)
 class EngineView:
     gpu: GpuActivity
@@ -27,6 +32,7 @@ class EngineView:
     running_max: float | None = None
     waiting_mean: float | None = None
     waiting_max: float | None = None
+    waiting_p50: float | None = None
     waiting_growth: float | None = None
     kv_cache_usage_mean: float | None = None
     preemptions_per_s: float | None = None
@@ -74,6 +80,7 @@ def engine_view(window: WindowStats) -> EngineView:
         running_max=_sum([e.running_max for e in es]),
         waiting_mean=_sum([e.waiting_mean for e in es]),
         waiting_max=_sum([e.waiting_max for e in es]),
+        waiting_p50=_sum([_median(e.waiting_series) for e in es]),
         waiting_growth=growth,
         kv_cache_usage_mean=_mean([e.kv_cache_usage_mean for e in es]),
         preemptions_per_s=_sum([e.preemptions_per_s for e in es]),

@@ -140,6 +140,9 @@ class StepResult(BaseModel):
     running_max: float | None = None
     waiting_mean: float | None = None
     waiting_max: float | None = None
+    # The median reading: a queue that persists, unlike the mean, which one reading of a
+    # cohort of streams being re-admitted together can lift past the queueing threshold.
+    waiting_p50: float | None = None
     waiting_growth: float | None = None  # last minus first waiting reading in the hold
     kv_cache_usage_mean: float | None = None
     preemptions_per_s: float | None = None

@@ -279,6 +279,7 @@ class Sweep:
             running_max=_r(e.running_max, 3),
             waiting_mean=_r(e.waiting_mean, 3),
             waiting_max=_r(e.waiting_max, 3),
+            waiting_p50=_r(e.waiting_p50, 3),
             waiting_growth=_r(e.waiting_growth, 3),
             kv_cache_usage_mean=_r(e.kv_cache_usage_mean, 4),
             preemptions_per_s=_r(e.preemptions_per_s, 4),

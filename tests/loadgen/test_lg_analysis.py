@@ -99,6 +99,21 @@ def test_refined_steps_use_per_doubling_gain() -> None:
     assert sat.concurrency == 8 and sat.cause == "compute-bound"
 
 
+def test_a_cohort_readmitted_together_is_not_a_queue() -> None:
+    # 16 streams of one length finish in one engine step and wait together for the next:
+    # one of nine readings holds all 16 (mean 1.8, over 10% of running), the median is 0.
+    # The knee is where the throughput gain flattens (16 -> 32), not at 8.
+    burst = [step(8, 124, 1.6), step(16, 150, 2.6, waiting=1.8, running=15.9),
+             step(32, 160, 4.6), step(64, 190, 6.2)]  # fmt: skip
+    burst[1] = burst[1].model_copy(update={"waiting_p50": 0.0})
+    sat = find_saturation(burst)
+    assert sat.concurrency == 16, sat.reason
+    # A queue held through the hold is still queueing, by its median.
+    held = [step(8, 124, 1.6), step(16, 150, 2.6, waiting=6.0, running=8, verdict="seq-cap")]
+    held[1] = held[1].model_copy(update={"waiting_p50": 6.0})
+    assert find_saturation(held).concurrency == 8
+
+
 def test_a_load_measured_only_during_a_freeze_is_left_out() -> None:
     frozen = step(16, 50, 9.0, valid=False, index=200).model_copy(update={"stalled": True})
     steps = [step(4, 400, 1.0), step(8, 800, 1.0), frozen, step(32, 1500, 1.1)]
