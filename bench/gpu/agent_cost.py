@@ -255,9 +255,10 @@ def nvitop_beside(seconds: float, interval: float) -> dict[str, object]:
     t1 = time.monotonic()
     proc.terminate()
     try:
-        proc.wait(10)
+        _, err = proc.communicate(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+        _, err = proc.communicate()
     families = sorted(
         {
             line.split("{")[0].split(" ")[0]
@@ -266,6 +267,11 @@ def nvitop_beside(seconds: float, interval: float) -> dict[str, object]:
         }
     )
     ticks = (t1 - t0) / interval
+    if len(families) < 2:  # it never served its metrics: say why rather than report 0 CPU
+        return {
+            "config": f"nvitop-exporter-{interval:g}s",
+            "error": f"{body[:300]} | stderr: {(err or '')[-800:]}",
+        }
     return {
         "config": f"nvitop-exporter-{interval:g}s",
         "cpu_s": c1 - c0,

@@ -187,7 +187,9 @@ def rank_main(rank: int, args: argparse.Namespace, world: int) -> None:
     try:
         result: Result = {"workload": args.name, "rank": rank, "world": world, "pid": os.getpid()}
         result.update(WORKLOADS[args.name](args, rank, world))
-        print(json.dumps(result), flush=True)
+        # One write for the line and its newline: the ranks share a pipe, and print's two
+        # writes let another rank's line land between them.
+        os.write(1, (json.dumps(result) + "\n").encode())
     finally:
         dist.destroy_process_group()
 

@@ -37,12 +37,13 @@ MULTI_PY = str(ROOT / "bench" / "gpu" / "multi_workloads.py")
 AGENT_COST_PY = str(ROOT / "bench" / "gpu" / "agent_cost.py")
 
 ORDER = ["allreduce", "compute", "tp-matmul"]
-WARMUP_S = 8.0  # spawn, CUDA and NCCL start-up, first iterations
+WARMUP_S = 3.0  # before looking at the GPUs at all
+SETTLE_S = 2.0  # once every GPU is busy: first iterations, tp-matmul's own timing
 RECORD_1S = 10.0
 RECORD_100MS = 3.0
 # The agent's configurations measured on every GPU (agent_cost.CONFIGS), and the
-# interval nvitop-exporter runs at beside each.
-COST_CONFIGS = {"gpm-all-1s": 1.0, "gpm-all-100ms": 0.1, "agent-all-1s": 1.0}
+# interval nvitop-exporter runs at beside each: it refuses anything under 0.25 s.
+COST_CONFIGS = {"gpm-all-1s": 1.0, "gpm-all-100ms": 0.25, "agent-all-1s": 1.0}
 
 
 def log(msg: str) -> None:
@@ -57,6 +58,26 @@ def gpu_count() -> int:
         return int(pynvml.nvmlDeviceGetCount())
     finally:
         pynvml.nvmlShutdown()
+
+
+def wait_busy(gpus: int, timeout: float = 90.0, busy: float = 50.0) -> float:
+    """Seconds until every GPU's utilisation reads over `busy`%: spawn, CUDA and NCCL
+    start-up take 5-12 s and vary, and a recording that begins before the ranks reach
+    the GPUs holds start-up, not the workload."""
+    import pynvml
+
+    t0 = time.monotonic()
+    pynvml.nvmlInit()
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
+        while time.monotonic() - t0 < timeout:
+            if all(pynvml.nvmlDeviceGetUtilizationRates(h).gpu > busy for h in handles):
+                time.sleep(SETTLE_S)
+                return time.monotonic() - t0
+            time.sleep(0.5)
+    finally:
+        pynvml.nvmlShutdown()
+    raise RuntimeError(f"the GPUs were not busy {timeout:g} s after the workload started")
 
 
 def start_workload(name: str, seconds: float, gpus: int) -> subprocess.Popen[str]:
@@ -98,12 +119,18 @@ def finish(proc: subprocess.Popen[str], timeout: float = 90.0) -> list[dict[str,
         stop(proc, signal.SIGKILL)
         out, _ = proc.communicate()
     ranks = []
+    decoder = json.JSONDecoder()
     for line in out.splitlines():
-        if line.startswith("{"):
+        # Older launchers' ranks could print two objects on one line: read them all.
+        pos = line.find("{")
+        while pos >= 0:
             try:
-                ranks.append(json.loads(line))
+                obj, end = decoder.raw_decode(line, pos)
             except ValueError:
-                pass
+                break
+            if isinstance(obj, dict):
+                ranks.append(obj)
+            pos = line.find("{", end)
     if not ranks:
         return [{"error": out[-3000:], "returncode": proc.returncode}]
     return ranks
@@ -168,13 +195,15 @@ def phase_record(out: Path, only: list[str], gpus: int) -> None:
     summary = []
     for name in only:
         log(f"{name}: starting on {gpus} GPUs")
-        proc = start_workload(name, WARMUP_S + RECORD_1S + RECORD_100MS + 6.0, gpus)
+        # The ranks time their loop from its first iteration, after start-up.
+        proc = start_workload(name, SETTLE_S + RECORD_1S + RECORD_100MS + 8.0, gpus)
         r1: dict[str, Any] = {}
         r2: dict[str, Any] = {}
         try:
             time.sleep(WARMUP_S)
             if proc.poll() is not None:
                 raise RuntimeError(f"workload exited early with {proc.returncode}")
+            log(f"{name}: every GPU busy after {WARMUP_S + wait_busy(gpus):.1f} s")
             pids = rank_pids(proc)
             log(f"{name}: watching pids {pids}")
             r1 = record(name, pids, 1.0, RECORD_1S, rec_dir / f"{name}-1s.jsonl")
@@ -210,10 +239,11 @@ def phase_cost(out: Path, gpus: int) -> None:
 
     proc = start_workload("compute", 150.0, gpus)
     time.sleep(WARMUP_S)
+    wait_busy(gpus)
     rows: list[dict[str, Any]] = []
     try:
         for config, interval in COST_CONFIGS.items():
-            log(f"cost: {config} beside nvitop-exporter at {interval:g} s")
+            log(f"cost: {config} beside nvitop-exporter at {interval:g} s (its shortest: 0.25 s)")
             holder: dict[str, Any] = {}
 
             def beside(h: dict[str, Any] = holder, iv: float = interval) -> None:

@@ -1,4 +1,4 @@
-"""Replay the multi-GPU recordings (two H200s) through today's sampler, window and diagnosis.
+"""Replay the multi-GPU recordings (two and four H200s) through today's sampler, window and diagnosis.
 
 bench/gpu/run_multi.py recorded them on a real machine with several GPUs while one
 known workload ran on every GPU (one process per GPU, NCCL, NVLink multicast off):
@@ -23,25 +23,25 @@ from monitor.pipeline import Monitor
 from monitor.recording import read_recording
 from monitor.sampler import Sampler
 
-H200X2 = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h200x2"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu"
+# Each box recorded on its own lent machine, all GPUs linked by NVLink (NV18 each pair).
+BOXES = {"h200x2": 2, "h200x4": 4}
 SPANS = {"1s": 1.0, "100ms": 0.1}
 EXPECTED = {"allreduce": "comm-bound", "compute": "compute-bound", "tp-matmul": "comm-bound"}
-CASES = [(w, s) for w in EXPECTED for s in SPANS]
+CASES = [(b, w, s) for b in BOXES for w in EXPECTED for s in SPANS]
 # Ticks whose top verdict must name the workload's cause, once the window has filled.
 AGREE_SHARE = 0.8
 
-pytestmark = pytest.mark.skipif(not H200X2.is_dir(), reason="no multi-GPU recordings yet")
 
-
-def path(workload: str, span: str) -> Path:
-    return H200X2 / f"{workload}-{span}.jsonl"
+def path(box: str, workload: str, span: str) -> Path:
+    return FIXTURES / box / f"{workload}-{span}.jsonl"
 
 
 @cache
-def replay(workload: str, span: str) -> tuple[dict[str, Any], ...]:
+def replay(box: str, workload: str, span: str) -> tuple[dict[str, Any], ...]:
     """One report per recorded tick, recomputed by a fresh Sampler + Monitor + Diagnoser."""
     interval = SPANS[span]
-    recording = read_recording(path(workload, span))
+    recording = read_recording(path(box, workload, span))
     sampler = Sampler([], interval=interval, capacity=100_000)
     monitor = Monitor(sampler, Diagnoser(), window_s=max(2.0, 5 * interval))
     reports = []
@@ -55,29 +55,29 @@ def replay(workload: str, span: str) -> tuple[dict[str, Any], ...]:
     return tuple(reports)
 
 
-def settled(workload: str, span: str) -> list[dict[str, Any]]:
+def settled(box: str, workload: str, span: str) -> list[dict[str, Any]]:
     """The reports from the third tick on: the workload ran steadily before recording
     began (a warm-up), and GPM's first tick has no activity yet, so from then on each
     report has at least two ticks of readings behind it."""
-    reports = list(replay(workload, span))[2:]
-    assert len(reports) >= 3, f"{workload}-{span}: too few ticks ({len(reports) + 2})"
+    reports = list(replay(box, workload, span))[2:]
+    assert len(reports) >= 3, f"{box}/{workload}-{span}: too few ticks ({len(reports) + 2})"
     return reports
 
 
-@pytest.mark.parametrize("workload,span", CASES)
-def test_recording_holds_several_gpus(workload: str, span: str) -> None:
-    assert path(workload, span).is_file(), f"missing {path(workload, span).name}"
-    for report in settled(workload, span):
-        assert len(report["gpus"]) >= 2
+@pytest.mark.parametrize("box,workload,span", CASES)
+def test_recording_holds_every_gpu(box: str, workload: str, span: str) -> None:
+    assert path(box, workload, span).is_file(), f"missing {path(box, workload, span)}"
+    for report in settled(box, workload, span):
+        assert len(report["gpus"]) == BOXES[box]
 
 
-@pytest.mark.parametrize("workload,span", CASES)
-def test_replay_names_the_workload_cause(workload: str, span: str) -> None:
-    reports = settled(workload, span)
+@pytest.mark.parametrize("box,workload,span", CASES)
+def test_replay_names_the_workload_cause(box: str, workload: str, span: str) -> None:
+    reports = settled(box, workload, span)
     tops = [r["verdicts"][0]["cause"] for r in reports]
     expected = EXPECTED[workload]
     agree = sum(t == expected for t in tops) / len(tops)
-    assert agree >= AGREE_SHARE, (workload, span, tops)
+    assert agree >= AGREE_SHARE, (box, workload, span, tops)
     assert tops[-1] == expected, tops
     last = reports[-1]
     if expected == "comm-bound":
@@ -90,9 +90,9 @@ def test_replay_names_the_workload_cause(workload: str, span: str) -> None:
         assert "comm-bound" not in [v["cause"] for v in last["verdicts"]]
 
 
-def nvlink_mean(workload: str, span: str) -> list[float]:
+def nvlink_mean(box: str, workload: str, span: str) -> list[float]:
     """Each GPU's NVLink tx + rx over the settled reports, bytes/s."""
-    reports = settled(workload, span)
+    reports = settled(box, workload, span)
     out = []
     for i in range(len(reports[-1]["gpus"])):
         vals = [
@@ -104,11 +104,11 @@ def nvlink_mean(workload: str, span: str) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("span", list(SPANS))
-def test_nvlink_traffic_is_read_per_gpu(span: str) -> None:
-    ar = nvlink_mean("allreduce", span)
-    tp = nvlink_mean("tp-matmul", span)
-    mm = nvlink_mean("compute", span)
+@pytest.mark.parametrize("box,span", [(b, s) for b in BOXES for s in SPANS])
+def test_nvlink_traffic_is_read_per_gpu(box: str, span: str) -> None:
+    ar = nvlink_mean(box, "allreduce", span)
+    tp = nvlink_mean(box, "tp-matmul", span)
+    mm = nvlink_mean(box, "compute", span)
     # Every rank's links carry the all-reduce; the matmul loop sends next to nothing.
     assert min(ar) > 50e9, ar
     assert min(tp) > 10 * max(max(mm), 1e6), (tp, mm)
