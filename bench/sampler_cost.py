@@ -21,16 +21,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import platform
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +34,7 @@ sys.path.insert(0, str(ROOT / "tests" / "sources"))
 
 from fake_nvml import FakeNvml, workload_gpu  # noqa: E402
 
+from bench import fixture_server, machine  # noqa: E402
 from loadgen.stall import StallProbe  # noqa: E402
 from monitor.sampler import Sampler  # noqa: E402
 from monitor.sources.base import Source  # noqa: E402
@@ -46,32 +42,6 @@ from monitor.sources.nvml import NvmlSource  # noqa: E402
 
 VLLM_FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 RESULTS = ROOT / "bench" / "results" / "sampler_cost.txt"
-
-
-@contextmanager
-def metrics_server(body: bytes) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 @dataclass
@@ -148,16 +118,6 @@ def run_config(
     )
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ticks", type=int, default=200, help="measured ticks per repeat")
@@ -180,7 +140,7 @@ def main() -> int:
     body = VLLM_FIXTURE.read_bytes() if have_vllm else b""
     results: list[Result] = []
     started = time.monotonic()
-    with StallProbe() as probe, metrics_server(body) as url:
+    with StallProbe() as probe, fixture_server.serving(body) as url:
         for config in configs:
             results.append(run_config(config, url, probe, args.ticks, args.repeats))
             r = results[-1]
@@ -191,7 +151,7 @@ def main() -> int:
     lines = [
         "headroom sampler cost per tick: headroom's own Python overhead, NOT driver time",
         f"date: {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
-        f"machine: {os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()}",
+        f"machine: {machine.describe()}",
         f"method: Sampler.tick() back to back, {args.ticks} ticks x {args.repeats} repeats per row, "
         "median of per-repeat medians",
         f"stall probe (5 ms sleeps, gap > 50 ms): {total_stalls} stall(s) during the run, "

@@ -126,6 +126,46 @@ def stat(
     }
 
 
+def cause_timeline(
+    title: str,
+    expr: str,
+    legend: str,
+    description: str | None = None,
+    thresholds: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A state timeline of headroom_diagnosis: one row a cause, named by its value mapping.
+
+    Causes that never fired would be empty rows: all-zero series are hidden."""
+    defaults: dict[str, Any] = {"mappings": DIAGNOSIS_MAPPINGS}
+    if thresholds is not None:
+        defaults |= {"color": {"mode": "thresholds"}, "thresholds": thresholds}
+    panel: dict[str, Any] = {"type": "state-timeline", "title": title}
+    if description is not None:
+        panel["description"] = description
+    return panel | {
+        "datasource": DS,
+        "targets": targets((expr, legend)),
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {"showValue": "never", "mergeValues": True, "rowHeight": 0.8, **(options or {})},
+        "transformations": [
+            {
+                "id": "filterByValue",
+                "options": {
+                    "type": "exclude",
+                    "match": "all",
+                    "filters": [
+                        {
+                            "fieldName": "Value",
+                            "config": {"id": "lowerOrEqual", "options": {"value": 0}},
+                        }
+                    ],
+                },
+            },
+        ],
+    }
+
+
 def query_var(name: str, label: str, query: str, include_all: bool = True) -> dict[str, Any]:
     return {
         "type": "query",
@@ -372,52 +412,24 @@ def overview() -> dict[str, Any]:
 
     lay.row("Diagnosis")
     lay.add(
-        {
-            "type": "state-timeline",
-            "title": "Diagnosis",
-            "description": "Each cause the agent named, over time (headroom_diagnosis == 1).",
-            "datasource": DS,
-            "targets": targets(
-                (f"max by (cause, scope) (headroom_diagnosis{{{INST}}})", "{{cause}} {{scope}}"),
-            ),
-            "fieldConfig": {
-                "defaults": {
-                    "mappings": DIAGNOSIS_MAPPINGS,
-                    "color": {"mode": "thresholds"},
-                    "thresholds": {
-                        "mode": "absolute",
-                        "steps": [
-                            {"color": "transparent", "value": None},
-                            {"color": "orange", "value": 1},
-                        ],
-                    },
-                },
-                "overrides": [],
-            },  # fmt: skip
-            "options": {
-                "showValue": "never",
-                "mergeValues": True,
-                "rowHeight": 0.8,
+        cause_timeline(
+            "Diagnosis",
+            f"max by (cause, scope) (headroom_diagnosis{{{INST}}})",
+            "{{cause}} {{scope}}",
+            description="Each cause the agent named, over time (headroom_diagnosis == 1).",
+            # Orange while a cause holds; its name as the value text.
+            thresholds={
+                "mode": "absolute",
+                "steps": [
+                    {"color": "transparent", "value": None},
+                    {"color": "orange", "value": 1},
+                ],
+            },
+            options={
                 "alignValue": "left",
                 "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
             },
-            # Causes that never fired would be empty rows: hide all-zero series.
-            "transformations": [
-                {
-                    "id": "filterByValue",
-                    "options": {
-                        "type": "exclude",
-                        "match": "all",
-                        "filters": [
-                            {
-                                "fieldName": "Value",
-                                "config": {"id": "lowerOrEqual", "options": {"value": 0}},
-                            }
-                        ],
-                    },
-                },
-            ],  # fmt: skip
-        },
+        ),
         w=16,
         h=9,
     )
@@ -702,29 +714,11 @@ def sweep() -> dict[str, Any]:
         w=12,
     )
     lay.add(
-        {
-            "type": "state-timeline",
-            "title": "Limiting cause at each step",
-            "datasource": DS,
-            "targets": targets((f"max by (cause) (headroom_diagnosis{{{INST}}})", "{{cause}}")),
-            "fieldConfig": {"defaults": {"mappings": DIAGNOSIS_MAPPINGS}, "overrides": []},
-            "options": {"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
-            "transformations": [
-                {
-                    "id": "filterByValue",
-                    "options": {
-                        "type": "exclude",
-                        "match": "all",
-                        "filters": [
-                            {
-                                "fieldName": "Value",
-                                "config": {"id": "lowerOrEqual", "options": {"value": 0}},
-                            }
-                        ],
-                    },
-                },
-            ],  # fmt: skip
-        },
+        cause_timeline(
+            "Limiting cause at each step",
+            f"max by (cause) (headroom_diagnosis{{{INST}}})",
+            "{{cause}}",
+        ),
         w=12,
     )
     return dashboard(

@@ -19,6 +19,8 @@ class StallProbe:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # To answer in wall-clock time for logs stamped with time.time() (a server's).
+        self._wall_minus_mono = time.time() - time.monotonic()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -59,6 +61,15 @@ class StallProbe:
         """The longest stall seen, in seconds (0 when none)."""
         with self._lock:
             return max((gap for _, gap in self._stalls), default=0.0)
+
+    def recorded(self) -> list[tuple[float, float]]:
+        """Every stall so far: (monotonic start, seconds lost)."""
+        with self._lock:
+            return list(self._stalls)
+
+    def stalls_wall(self, start: float, end: float) -> tuple[int, float]:
+        """`stalls` for an interval of wall-clock (time.time()) times."""
+        return self.stalls(start - self._wall_minus_mono, end - self._wall_minus_mono)
 
     def stalls(self, start: float, end: float) -> tuple[int, float]:
         """How many stalls overlapped [start, end] (monotonic) and the seconds they took inside it."""

@@ -141,6 +141,36 @@ def _num(v: Any) -> float | None:
     return float(v)
 
 
+def _one(name: str, doc: str, value: float, family: type = GaugeMetricFamily) -> Metric:
+    """A family of one unlabelled sample."""
+    fam = family(name, doc)
+    fam.add_metric([], value)
+    return fam
+
+
+def _families(table: Iterable[tuple[str, str, str]], labels: Sequence[str]) -> dict[str, Any]:
+    """One gauge family per (name, attribute, doc) row of a table, by name."""
+    return {name: GaugeMetricFamily(name, doc, labels=labels) for name, _, doc in table}
+
+
+def _fill(
+    families: Mapping[str, Any],
+    table: Iterable[tuple[str, str, str]],
+    obj: object,
+    labels: list[str],
+) -> None:
+    """Each row's attribute of obj into its family; a missing reading adds no sample."""
+    for name, attr, _ in table:
+        value = _num(getattr(obj, attr))
+        if value is not None:
+            families[name].add_metric(labels, value)
+
+
+class _ViewCollector(Collector):
+    def __init__(self, view: MonitorView) -> None:
+        self._view = view
+
+
 def _path(d: Mapping[str, Any], path: Sequence[str]) -> Any:
     cur: Any = d
     for key in path:
@@ -150,17 +180,12 @@ def _path(d: Mapping[str, Any], path: Sequence[str]) -> Any:
     return cur
 
 
-class GpuCollector(Collector):
-    def __init__(self, view: MonitorView) -> None:
-        self._view = view
-
+class GpuCollector(_ViewCollector):
     def collect(self) -> Iterable[Metric]:
         window = self._view.window()
         if window is None:
             return
-        families = {
-            name: GaugeMetricFamily(name, doc, labels=GPU_LABELS) for name, _, doc in GPU_GAUGES
-        }
+        families = _families(GPU_GAUGES, GPU_LABELS)
         throttle = GaugeMetricFamily(
             "headroom_gpu_clock_throttle_active",
             "1 for each clock-throttle reason active during the window.",
@@ -168,10 +193,7 @@ class GpuCollector(Collector):
         )
         for g in window.gpus:
             labels = [str(g.index), g.uuid, g.name, g.source]
-            for name, attr, _ in GPU_GAUGES:
-                value = _num(getattr(g, attr))
-                if value is not None:
-                    families[name].add_metric(labels, value)
+            _fill(families, GPU_GAUGES, g, labels)
             for reason in g.throttle_reasons or ():
                 throttle.add_metric([*labels, reason], 1.0)
         yield from (f for f in families.values() if f.samples)
@@ -179,20 +201,14 @@ class GpuCollector(Collector):
             yield throttle
 
 
-class EngineCollector(Collector):
-    def __init__(self, view: MonitorView) -> None:
-        self._view = view
-
+class EngineCollector(_ViewCollector):
     def collect(self) -> Iterable[Metric]:
         window = self._view.window()
         if window is None:
             return
         diagnosis = self._view.diagnosis()
         analyses: Mapping[str, Mapping[str, Any]] = getattr(diagnosis, "analyses", None) or {}
-        families: dict[str, GaugeMetricFamily] = {
-            name: GaugeMetricFamily(name, doc, labels=ENGINE_LABELS)
-            for name, _, doc in ENGINE_GAUGES
-        }
+        families = _families(ENGINE_GAUGES, ENGINE_LABELS)
         for name, _, doc in ENGINE_QUANTILES:
             families[name] = GaugeMetricFamily(name, doc, labels=(*ENGINE_LABELS, "quantile"))
         for _, name, _, doc in ANALYSIS_GAUGES:
@@ -206,10 +222,7 @@ class EngineCollector(Collector):
         )
         for e in window.engines:
             labels = [e.url, e.model_name, e.engine]
-            for name, attr, _ in ENGINE_GAUGES:
-                value = _num(getattr(e, attr))
-                if value is not None:
-                    families[name].add_metric(labels, value)
+            _fill(families, ENGINE_GAUGES, e, labels)
             for name, quantiles, _ in ENGINE_QUANTILES:
                 for q, attr in quantiles.items():
                     value = _num(getattr(e, attr))
@@ -238,10 +251,7 @@ class EngineCollector(Collector):
             yield side
 
 
-class HostCollector(Collector):
-    def __init__(self, view: MonitorView) -> None:
-        self._view = view
-
+class HostCollector(_ViewCollector):
     def collect(self) -> Iterable[Metric]:
         window = self._view.window()
         host = window.host if window is not None else None
@@ -250,9 +260,7 @@ class HostCollector(Collector):
         for name, attr, doc in HOST_GAUGES:
             value = _num(getattr(host, attr))
             if value is not None:
-                fam = GaugeMetricFamily(name, doc)
-                fam.add_metric([], value)
-                yield fam
+                yield _one(name, doc, value)
         if host.busiest_thread is not None:
             # The thread's name, not its id: ids change on every restart and would churn series.
             fam = GaugeMetricFamily(
@@ -262,17 +270,12 @@ class HostCollector(Collector):
             )
             fam.add_metric([host.busiest_thread.name], host.busiest_thread.cpu_ratio)
             yield fam
-        fam = GaugeMetricFamily("headroom_host_cpu_count", "CPUs on the host.")
-        fam.add_metric([], float(host.cpu_count))
-        yield fam
+        yield _one("headroom_host_cpu_count", "CPUs on the host.", float(host.cpu_count))
 
 
-class DiagnosisCollector(Collector):
+class DiagnosisCollector(_ViewCollector):
     """headroom_diagnosis{cause,scope}: 1 for each current verdict, 0 for every other cause
     of a scope the agent watches, so alerts can test ``== 1`` and state timelines have rows."""
-
-    def __init__(self, view: MonitorView) -> None:
-        self._view = view
 
     def collect(self) -> Iterable[Metric]:
         window = self._view.window()
@@ -377,9 +380,12 @@ class SelfStats(Collector):
         )
         hist.add_metric([], buckets, sum_value=tick_sum)
         yield hist
-        fam = CounterMetricFamily("headroom_agent_ticks", "Ticks since the agent started.")
-        fam.add_metric([], float(ticks))
-        yield fam
+        yield _one(
+            "headroom_agent_ticks",
+            "Ticks since the agent started.",
+            float(ticks),
+            CounterMetricFamily,
+        )
         fam = CounterMetricFamily(
             "headroom_agent_source_errors",
             "Errors sources reported, by source and target.",
@@ -397,14 +403,12 @@ class SelfStats(Collector):
             fam.add_metric([source, target], wall)
         yield fam
         if last_tick is not None:
-            fam = GaugeMetricFamily(
-                "headroom_agent_last_tick_timestamp_seconds", "Unix time of the last tick."
+            yield _one(
+                "headroom_agent_last_tick_timestamp_seconds",
+                "Unix time of the last tick.",
+                last_tick,
             )
-            fam.add_metric([], last_tick)
-            yield fam
-        fam = GaugeMetricFamily("headroom_agent_start_time_seconds", "Unix time the agent started.")
-        fam.add_metric([], self._start)
-        yield fam
+        yield _one("headroom_agent_start_time_seconds", "Unix time the agent started.", self._start)
 
 
 class InfoCollector(Collector):
@@ -417,14 +421,12 @@ class InfoCollector(Collector):
         )
         fam.add_metric([self._version], 1.0)
         yield fam
-        fam = GaugeMetricFamily("headroom_agent_interval_seconds", "Seconds between ticks.")
-        fam.add_metric([], self._interval)
-        yield fam
-        fam = GaugeMetricFamily(
-            "headroom_agent_window_seconds", "Seconds of the window the diagnosis judges."
+        yield _one("headroom_agent_interval_seconds", "Seconds between ticks.", self._interval)
+        yield _one(
+            "headroom_agent_window_seconds",
+            "Seconds of the window the diagnosis judges.",
+            self._window,
         )
-        fam.add_metric([], self._window)
-        yield fam
 
 
 def build_registry(

@@ -9,7 +9,6 @@ full configuration at the same interval, scraped every 5 s as Prometheus would.
 from __future__ import annotations
 
 import argparse
-import http.server
 import json
 import os
 import socket
@@ -21,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from bench import fixture_server  # noqa: E402
+
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 
 CONFIGS = {
@@ -99,33 +100,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def serve_fixture(port: int) -> http.server.ThreadingHTTPServer:
-    body = FIXTURE.read_bytes()
-
-    class H(http.server.BaseHTTPRequestHandler):
-        # Keep-alive and no Nagle delay, as vLLM's uvicorn serves it: a server that
-        # closes after each response would bill a TCP connect to every scrape.
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            super().setup()
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
 
 
 def run_one(name: str, vllm_url: str | None, workload_pid: int | None) -> dict[str, object]:
@@ -294,7 +268,7 @@ def main() -> None:
         print(json.dumps(run_one(args.one, args.vllm_url, args.pid)), flush=True)
         return
     port = free_port()
-    srv = serve_fixture(port)
+    srv = fixture_server.start(FIXTURE.read_bytes(), port)
     load = subprocess.Popen(
         [sys.executable, str(ROOT / "bench/gpu/workloads.py"), "matmul", "--seconds", "200"],
         stdout=subprocess.DEVNULL,

@@ -183,6 +183,28 @@ def meter(text: Text, label: str, ratio: float | None, width: int, *args: Any, *
     _meter(text, label, ratio, width, *args, label_w=DETAIL_LABEL_W, **kw)
 
 
+def scaled_meter(
+    text: Text,
+    label: str,
+    now: float | None,
+    series: list[float | None],
+    top: float | None,
+    width: int,
+    **kw: Any,
+) -> None:
+    """A meter of a reading with no natural 0-1 scale, against `top` (a limit, or the
+    series' own peak); no top, no bar."""
+
+    def rel(v: float | None) -> float | None:
+        return v / top if v is not None and top else None
+
+    meter(text, label, rel(now), width, [rel(v) for v in series], **kw)
+
+
+def _peak(values: list[float | None], *floor: float) -> float:
+    return max([v for v in values if v is not None] + list(floor))
+
+
 def _row(text: Text, label: str, value: str) -> None:
     text.append(f"{label:<25} ", style="bold")
     text.append(value + "\n")
@@ -231,24 +253,23 @@ class GpuDetailScreen(DetailScreen):
             ("mem duty", "mem_util"),
         ):
             meter(text, label, g.get(key), width, s(self.index, key))
-        limit = g.get("power_limit_watts")
-        power = g.get("power_watts")
-        meter(
+        power, clk = g.get("power_watts"), g.get("sm_clock_hz")
+        scaled_meter(
             text,
             "power",
-            power / limit if power is not None and limit else None,
+            power,
+            s(self.index, "power_watts"),
+            g.get("power_limit_watts"),
             width,
-            [p / limit if p is not None and limit else None for p in s(self.index, "power_watts")],
             value=f"{fmt.num(power, '.0f')} W",
         )
-        cmax = g.get("sm_clock_max_hz")
-        clk = g.get("sm_clock_hz")
-        meter(
+        scaled_meter(
             text,
             "clock",
-            clk / cmax if clk is not None and cmax else None,
+            clk,
+            s(self.index, "sm_clock_hz"),
+            g.get("sm_clock_max_hz"),
             width,
-            [c / cmax if c is not None and cmax else None for c in s(self.index, "sm_clock_hz")],
             value=f"{fmt.num(clk and clk / 1e6, '.0f')} MHz",
         )
         text.append("\n")
@@ -296,54 +317,50 @@ class EngineDetailScreen(DetailScreen):
         s = view.engine_series
         a = e.get("analysis") or {}
         cap = a.get("seq_cap")
-        top = max([v for v in s(self.key, "running") if v is not None] + [cap or 0, 1.0])
-        wtop = max([v for v in s(self.key, "waiting") if v is not None] + [1.0])
-
-        def rel(vals: list[float | None], t: float) -> list[float | None]:
-            return [None if v is None else v / t for v in vals]
-
-        run = e.get("running")
-        meter(
+        # Counts and rates have no natural scale: each bar is against its own peak so far
+        # (running against the sequence cap where it is known).
+        run, wait = s(self.key, "running"), s(self.key, "waiting")
+        gen, ttft = s(self.key, "generation_tokens_per_s"), s(self.key, "ttft_p95_s")
+        r_now, w_now = e.get("running"), e.get("waiting")
+        g_now, t_now = e.get("generation_tokens_per_s"), e.get("ttft_p95_s")
+        scaled_meter(
             text,
             "running",
-            None if run is None else run / top,
+            r_now,
+            run,
+            _peak(run, cap or 0, 1.0),
             width,
-            rel(s(self.key, "running"), top),
-            value=fmt.num(run, ".1f"),
+            value=fmt.num(r_now, ".1f"),
             style="cyan",
         )
-        wait = e.get("waiting")
-        meter(
+        scaled_meter(
             text,
             "waiting",
-            None if wait is None else wait / wtop,
+            w_now,
+            wait,
+            _peak(wait, 1.0),
             width,
-            rel(s(self.key, "waiting"), wtop),
-            value=fmt.num(wait, ".1f"),
+            value=fmt.num(w_now, ".1f"),
             style="magenta",
         )
         meter(text, "KV", e.get("kv_cache_usage"), width, s(self.key, "kv_cache_usage"))
-        gen = s(self.key, "generation_tokens_per_s")
-        gtop = max([v for v in gen if v is not None] + [1.0])
-        g_now = e.get("generation_tokens_per_s")
-        meter(
+        scaled_meter(
             text,
             "gen tok/s",
-            None if g_now is None else g_now / gtop,
+            g_now,
+            gen,
+            _peak(gen, 1.0),
             width,
-            rel(gen, gtop),
             value=fmt.si(g_now),
             style="green",
         )
-        ttft = s(self.key, "ttft_p95_s")
-        ttop = max([v for v in ttft if v is not None] + [1e-3])
-        t_now = e.get("ttft_p95_s")
-        meter(
+        scaled_meter(
             text,
             "TTFT p95",
-            None if t_now is None else t_now / ttop,
+            t_now,
+            ttft,
+            _peak(ttft, 1e-3),
             width,
-            rel(ttft, ttop),
             value=fmt.seconds(t_now),
             style="yellow",
         )
@@ -411,22 +428,11 @@ class EngineDetailScreen(DetailScreen):
         return text
 
 
-class SweepScreen(DataScreen):
+class SweepScreen(DetailScreen):
     """Steps so far, throughput and latency against load, and the saturation point once found."""
 
-    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Back")]
-
-    def compose(self) -> ComposeResult:
-        yield StatusBar(id="status")
-        with VerticalScroll(id="detail-scroll"):
-            yield DetailBody()
-        yield Footer()
-
-    def update_view(self, view: View) -> None:
-        self.query_one(StatusBar).update(self.status_text())
-        body = self.query_one(DetailBody)
-        width = max(40, (body.content_size.width or self.size.width - 4))
-        body.set_text(draw_sweep(self.app.sweep_state, width))  # type: ignore[attr-defined]
+    def draw(self, view: View, width: int) -> Text:
+        return draw_sweep(self.app.sweep_state, width)  # type: ignore[attr-defined]
 
 
 def draw_sweep(state: SweepState | None, width: int) -> Text:

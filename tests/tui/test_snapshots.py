@@ -45,3 +45,8 @@ def test_main_screen_without_colour(snap_compare, utc: None, monkeypatch) -> Non
     # NO_COLOR: every bar still carries its percentage, every cause its words.
     monkeypatch.setenv("NO_COLOR", "1")
     assert snap_compare(replay_app("starved"), terminal_size=(80, 24))
+
+
+def test_gpu_detail(snap_compare, utc: None) -> None:  # type: ignore[no-untyped-def]
+    # Every meter of a GPU (duty, SM, tensor, DRAM, power and clock against their limits).
+    assert snap_compare(replay_app("launch-bound"), terminal_size=(100, 34), press=["g"])
