@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from replay_support import replay_reports
 
-from monitor.diagnosis import Diagnoser, diagnose
-from monitor.pipeline import Monitor
+from monitor.diagnosis import diagnose
 from monitor.recording import read_recording
-from monitor.sampler import Sampler
 from monitor.samples import GpuSample, Snapshot
 from monitor.window import compute_window
 
@@ -52,21 +51,7 @@ CASES = [(w, s) for w in EXPECTED for s in SPANS]
 
 @cache
 def replay(workload: str, span: str) -> tuple[dict[str, Any], ...]:
-    """One report per recorded tick, recomputed by a fresh Sampler + Monitor + Diagnoser."""
-    interval = SPANS[span]
-    recording = read_recording(H200 / f"{workload}-{span}.jsonl")
-    sampler = Sampler([], interval=interval, capacity=100_000)
-    monitor = Monitor(sampler, Diagnoser(), window_s=max(2.0, 5 * interval))
-    reports = []
-    for tick in recording.ticks:
-        assert tick.snapshot is not None
-        sampler.push(tick.snapshot)
-        report = monitor.report()
-        # The sampler logs and swallows a failing listener: a stale report would hide it.
-        assert report is not None and report["time"] == tick.snapshot.wall
-        reports.append(report)
-    sampler.close()
-    return tuple(reports)
+    return replay_reports(H200 / f"{workload}-{span}.jsonl", SPANS[span])
 
 
 def recorded(workload: str, span: str) -> list[Mapping[str, Any]]:

@@ -17,11 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from monitor.diagnosis import Diagnoser
-from monitor.pipeline import Monitor
-from monitor.recording import read_recording
-from monitor.sampler import Sampler
+from replay_support import replay_reports
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu"
 # Each box recorded on its own lent machine, all GPUs linked by NVLink (NV18 each pair).
@@ -39,20 +35,7 @@ def path(box: str, workload: str, span: str) -> Path:
 
 @cache
 def replay(box: str, workload: str, span: str) -> tuple[dict[str, Any], ...]:
-    """One report per recorded tick, recomputed by a fresh Sampler + Monitor + Diagnoser."""
-    interval = SPANS[span]
-    recording = read_recording(path(box, workload, span))
-    sampler = Sampler([], interval=interval, capacity=100_000)
-    monitor = Monitor(sampler, Diagnoser(), window_s=max(2.0, 5 * interval))
-    reports = []
-    for tick in recording.ticks:
-        assert tick.snapshot is not None
-        sampler.push(tick.snapshot)
-        report = monitor.report()
-        assert report is not None and report["time"] == tick.snapshot.wall
-        reports.append(report)
-    sampler.close()
-    return tuple(reports)
+    return replay_reports(path(box, workload, span), SPANS[span])
 
 
 def settled(box: str, workload: str, span: str) -> list[dict[str, Any]]:
