@@ -19,6 +19,7 @@ import psutil
 
 from monitor.samples import HostSample, ProcessCpu, SourceError, ThreadCpu
 from monitor.sources.base import Reading
+from monitor.sources.thread_cpu import ThreadCpuReader
 
 log = logging.getLogger(__name__)
 
@@ -46,46 +47,6 @@ def _cpu_freq() -> tuple[float | None, float | None]:
     current = f.current if f.current and f.current > 0 else None
     top = f.max if f.max and f.max > 0 else None
     return current, top
-
-
-def _read_small(path: str) -> bytes | None:
-    # os.open/os.read: a third of what a Python file object costs, and this runs for
-    # every thread of every engine process on every tick.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 512)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _thread_cpu(pid: int) -> list[tuple[int, float]] | None:
-    """Each thread's CPU seconds from /proc/PID/task/TID/schedstat, or None to fall back.
-
-    The scheduler's own runtime counter (nanoseconds, user and system together) is
-    finer than the 10 ms ticks of /stat, and its file is shorter to read and parse.
-    """
-    base = f"/proc/{pid}/task/"
-    try:
-        tids = os.listdir(base)
-    except OSError:
-        return None
-    out = []
-    for tid in tids:
-        data = _read_small(base + tid + "/schedstat")
-        if data is None:
-            if os.path.exists(base + tid):
-                return None  # no schedstat on this kernel: psutil reads /stat
-            continue  # the thread ended between listing and reading
-        try:
-            out.append((int(tid), int(data.split(None, 1)[0]) * 1e-9))
-        except (ValueError, IndexError):
-            return None
-    return out
 
 
 def _thread_name(pid: int, tid: int) -> str:
@@ -143,6 +104,9 @@ class HostSource:
         self._freq: tuple[float | None, float | None] = (None, None)
         self._next_freq = -float("inf")
         self._schedstat = sys.platform.startswith("linux")
+        self._thread_cpu = ThreadCpuReader(clock)
+        # The same ThreadCpu again while a thread's figure has not moved (most of them).
+        self._thread_samples: dict[tuple[int, int], ThreadCpu] = {}
         self._clock = clock
         self._procs: dict[int, psutil.Process] = {}
         self._thread_names: dict[tuple[int, int], str] = {}
@@ -195,16 +159,18 @@ class HostSource:
                 # Keep the Process objects we have: psutil checks them against PID reuse.
                 procs.setdefault(p.pid, self._procs.get(p.pid, p))
         self._procs = procs
+        self._thread_cpu.keep_only(set(procs))
+        self._thread_samples = {}
         # Thread names are cached between discoveries; a renamed or reused thread id is
         # picked up at the next one.
         self._thread_names = {}
         return notes
 
-    def _threads(self, proc: psutil.Process) -> list[tuple[int, float]]:
+    def _threads(self, proc: psutil.Process, process_cpu: float) -> list[tuple[int, float]]:
         if self._schedstat:
-            fast = _thread_cpu(proc.pid)
+            fast = self._thread_cpu.read(proc.pid, process_cpu)
             if fast is not None:
-                return fast
+                return list(fast.items())
             self._schedstat = False  # not on this kernel: do not try again each tick
         return [(th.id, th.user_time + th.system_time) for th in proc.threads()]
 
@@ -213,18 +179,22 @@ class HostSource:
             with proc.oneshot():
                 times = proc.cpu_times()
                 name = proc.name()
-            threads = self._threads(proc)
+            threads = self._threads(proc, times.user + times.system)
         except _GONE:
+            self._thread_cpu.forget(proc.pid)
             return None
         out = []
         for tid, cpu in threads:
             key = (proc.pid, tid)
-            tname = self._thread_names.get(key)
-            if tname is None:
-                tname = _thread_name(proc.pid, tid)
-                if tname:
-                    self._thread_names[key] = tname
-            out.append(ThreadCpu(tid, tname, cpu))
+            sample = self._thread_samples.get(key)
+            if sample is None or sample.cpu_seconds != cpu:
+                tname = self._thread_names.get(key)
+                if tname is None:
+                    tname = _thread_name(proc.pid, tid)
+                    if tname:
+                        self._thread_names[key] = tname
+                sample = self._thread_samples[key] = ThreadCpu(tid, tname, cpu)
+            out.append(sample)
         return ProcessCpu(proc.pid, name, times.user + times.system, tuple(out))
 
     def read(self) -> Reading:

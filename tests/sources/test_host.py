@@ -197,9 +197,10 @@ def test_thread_cpu_read_from_schedstat_agrees_with_psutil(burner: subprocess.Po
 def test_without_schedstat_the_threads_come_from_psutil(
     burner: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import monitor.sources.host as host
+    import monitor.sources.thread_cpu as thread_cpu
 
-    monkeypatch.setattr(host, "_thread_cpu", lambda pid: None)  # a kernel without schedstat
+    # A kernel without schedstat.
+    monkeypatch.setattr(thread_cpu, "read_all", lambda pid, known=None: None)
     src = HostSource(pids=[burner.pid])
     w = _window(src)
     assert src._schedstat is False
