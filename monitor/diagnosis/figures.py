@@ -13,7 +13,7 @@ from typing import Any
 
 from monitor.diagnosis.peaks import GpuPeak, match_gpu, peak_for_key
 from monitor.diagnosis.thresholds import Caps, Thresholds
-from monitor.window import ITERATION_TOKENS, EngineWindow, GpuWindow, HostWindow
+from monitor.window import E2E, ITERATION_TOKENS, EngineWindow, GpuWindow, HostWindow
 
 # -- GPU ---------------------------------------------------------------------
 
@@ -192,6 +192,9 @@ class Littles:
     predicted_in_flight: float | None  # throughput x latency
     ok: bool | None  # measured and predicted agree within littles_tolerance
     slot_latency_s: float | None  # how long a request holds a sequence slot
+    completions: float | None = None  # requests that finished in the window
+    # Why ok is None with both sides measured: few-completions, short-window, inconclusive.
+    unjudged: str | None = None
 
 
 def littles(e: EngineWindow, th: Thresholds) -> Littles:
@@ -205,10 +208,30 @@ def littles(e: EngineWindow, th: Thresholds) -> Littles:
         arrival = max(0.0, e.requests_per_s + growth)
     latency = e.e2e_mean_s
     predicted = arrival * latency if arrival is not None and latency is not None else None
-    ok = None
-    if predicted is not None and in_flight is not None:
-        scale = max(in_flight, predicted)
-        ok = scale == 0 or abs(predicted - in_flight) <= th.littles_tolerance * scale
+    hist = e.histogram(E2E)
+    completions = hist.count if hist is not None else None
+    ok, unjudged = None, None
+    if predicted is not None and in_flight is not None and completions is not None:
+        if completions < th.littles_min_completions:
+            unjudged = "few-completions"
+        elif latency is not None and latency > e.elapsed_s:
+            # L = lambda x W holds over intervals long against W: over a shorter window
+            # in-flight still reflects arrivals from before it, and one window can read
+            # half or twice its prediction with nothing queueing anywhere.
+            unjudged = "short-window"
+        else:
+            # Agreement is within the tolerance. Disagreement must pass it plus what the
+            # window's own estimates can be off by: ~1/sqrt(n) for the rate and the mean
+            # latency of n completions, and up to W/T for requests crossing its edges.
+            scale = max(in_flight, predicted)
+            off = abs(predicted - in_flight) / scale if scale else 0.0
+            slack = 1.0 / math.sqrt(completions) + (latency or 0.0) / e.elapsed_s
+            if off <= th.littles_tolerance:
+                ok = True
+            elif off > th.littles_tolerance + slack:
+                ok = False
+            else:
+                unjudged = "inconclusive"
     slot = None
     if latency is not None:
         slot = latency - (e.queue_mean_s or 0.0)
@@ -216,7 +239,7 @@ def littles(e: EngineWindow, th: Thresholds) -> Littles:
         slot = e.running_mean / e.requests_per_s  # Little's law on the running stage alone
     if slot is not None and slot <= 0:
         slot = None
-    return Littles(in_flight, arrival, latency, predicted, ok, slot)
+    return Littles(in_flight, arrival, latency, predicted, ok, slot, completions, unjudged)
 
 
 def steps_per_s(e: EngineWindow) -> float | None:
@@ -319,6 +342,8 @@ def engine_analysis(
         "littles_latency_s": _r(lit.latency_s),
         "littles_predicted_in_flight": _r(lit.predicted_in_flight),
         "littles_ok": lit.ok,
+        "littles_completions": _r(lit.completions),
+        "littles_unjudged": lit.unjudged,
         "slot_latency_s": _r(lit.slot_latency_s),
         "seq_cap": cap.value,
         "seq_cap_inferred": cap.inferred,

@@ -115,6 +115,10 @@ class Thresholds:
     # --- Little's law -------------------------------------------------------
     # Relative disagreement between measured and predicted in-flight still called consistent.
     littles_tolerance: float = 0.15
+    # Completions in the window below which Little's law is not judged (rate and mean
+    # latency of one or two requests say nothing). A disagreement must also pass the
+    # tolerance plus 1/sqrt(completions), the sampling error of both estimates.
+    littles_min_completions: int = 3
     # --- Reporting ----------------------------------------------------------
     # Verdicts below this confidence sort after every confident one.
     weak_confidence: float = 0.5

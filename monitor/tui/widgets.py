@@ -289,6 +289,13 @@ def _kv_style(kv: float | None) -> str:
     return "red" if kv >= 0.9 else "yellow" if kv >= 0.7 else "green"
 
 
+UNJUDGED = {
+    "few-completions": "too few finished to tell",
+    "short-window": "requests outlast the window: widen --window",
+    "inconclusive": "within what the window can measure",
+}
+
+
 def littles_lines(e: Report, width: int) -> Text:
     """Little's law, the rate that would fill the cap, busy fraction and the roofline, for one engine."""
     a = e.get("analysis") or {}
@@ -304,13 +311,17 @@ def littles_lines(e: Report, width: int) -> Text:
         f" = {fmt.num(x * w if x is not None and w is not None else None, '.3g')}"
     )
     ok = a.get("littles_ok")
+    done = a.get("littles_completions")
+    # How many finished in the window is how far the two sides can be trusted.
+    n = f" ({done:.0f} finished)" if done is not None else ""
     if ok is True:
-        text.append("  agrees", style="green")
+        text.append(f"  agrees{n}", style="green")
     elif ok is False:
-        text.append(
-            "  DISAGREE: a queue outside the engine, or a window too short to measure",
-            style="bold red",
-        )
+        text.append(f"  DISAGREE{n}: a queue outside the engine?", style="bold red")
+    else:
+        why = UNJUDGED.get(a.get("littles_unjudged") or "")
+        if why:
+            text.append(f"  {why}{n}", style="dim")
     text.append("\n")
     cap, fill = a.get("seq_cap"), a.get("fill_rate_rps")
     text.append("capacity ", style="bold")

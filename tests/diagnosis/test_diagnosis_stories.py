@@ -15,8 +15,9 @@ def test_story_a_light_load_is_starved_and_names_the_fill_rate() -> None:
     # 64 slots, requests last ~10 s, the client sends 1 req/s: 10 in flight. The GPU reads as
     # the simulator's light load does: steps back to back, each streaming the weights for a
     # batch of 10 (duty cycle ~100%, DRAM busy, tensor cores idle): memory-bound, with room.
+    # 20 s of window: Little's law is judged over at least one request lifetime.
     w = make_window(
-        10,
+        21,
         gpus=[LIGHT_GPU],
         engine=dict(
             running=10, rps=1.0, e2e_s=10.0, queue_s=0.0, steps_per_s=30, tokens_per_step=10
@@ -113,7 +114,7 @@ def test_story_b_cpu_cut_and_overlapped_fills_the_gpu() -> None:
 def test_story_c_scheduler_cap(given: bool) -> None:
     # Requests wait while running sits at max_num_seqs and the GPU is far from saturated.
     w = make_window(
-        10,
+        49,  # 48 s: two lifetimes of a 24 s request, for Little's law
         gpus=[gpu(0.55, 0.4, 0.3, 0.35)],
         engine=dict(
             running=4, waiting=8, waiting_capacity=8, kv=0.2, rps=0.5, e2e_s=24.0, queue_s=16.0
@@ -132,3 +133,34 @@ def test_story_c_scheduler_cap(given: bool) -> None:
     assert a["littles_ok"] is True
     # No GPU verdict outranks it: the GPU is far from saturation.
     assert all(not v.scope.startswith("gpu:") for v in d.verdicts)
+
+
+@pytest.mark.parametrize(
+    "samples,rps,running,ok,why",
+    [
+        # 10 s requests over 50 s of window (W/T = 0.2). 0.04 req/s: 2 finished, too few.
+        (51, 0.04, 3, None, "few-completions"),
+        # 0.5 req/s, 25 finished: 5 in flight is 0.5 x 10, agreement.
+        (51, 0.5, 5, True, None),
+        # 8 in flight against 5 is 38% off: past the 15% of agreement, but within what 25
+        # completions and the window's edges can be off by (15% + 1/5 + 0.2).
+        (51, 0.5, 8, None, "inconclusive"),
+        # 15 against 5 is 67% off: a queue outside the engine.
+        (51, 0.5, 15, False, None),
+        # 50 req/s, 2,500 finished: the edges are what is left, 20% off is inconclusive,
+        # 44% is not.
+        (51, 50.0, 625, None, "inconclusive"),
+        (51, 50.0, 900, False, None),
+        # 9 s of window for 10 s requests: in-flight still holds arrivals from before it.
+        (10, 5.0, 50, None, "short-window"),
+        (10, 5.0, 90, None, "short-window"),
+    ],
+)
+def test_littles_law_is_judged_only_where_the_window_can_tell(
+    samples: int, rps: float, running: float, ok: bool | None, why: str | None
+) -> None:
+    w = make_window(samples, gpus=[LIGHT_GPU], engine=dict(running=running, rps=rps, e2e_s=10.0))
+    a = diagnose(w, caps=Caps(max_num_seqs=1024)).analyses[engine_scope(w.engines[0])]
+    assert a["littles_completions"] == pytest.approx((samples - 1) * rps)
+    assert a["littles_ok"] is ok
+    assert a["littles_unjudged"] == why
