@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.diagnosis import figures as fig
-from monitor.diagnosis import rules
-from monitor.diagnosis.comm import busy_gpus, comm_bound
+from monitor.diagnosis.client_rules import client_limited
+from monitor.diagnosis.comm_rules import busy_gpus, comm_bound
+from monitor.diagnosis.cpu_rules import cpu_bound_box, cpu_bound_engine
+from monitor.diagnosis.gpu_rules import launch_bound, saturated
+from monitor.diagnosis.idle_rules import box_idle, engine_idle, gpu_idle, idle_gpus
+from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict
+from monitor.diagnosis.scheduler_rules import kv_cap, seq_cap, starved, token_cap
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
 from monitor.report import engine_scope
@@ -51,7 +56,7 @@ _RANK = {
 
 
 def rank(v: Verdict) -> int:
-    if v.cause == "idle" and v.scope != rules.BOX:
+    if v.cause == "idle" and v.scope != BOX:
         return 9  # one idle GPU or engine in a box that has work is a side note
     return _RANK.get(v.cause, 10)
 
@@ -65,44 +70,44 @@ def order(verdicts: list[Verdict], th: Thresholds) -> tuple[Verdict, ...]:
     )
 
 
-def _engine_verdicts(ctx: rules.Context) -> list[Verdict]:
+def _engine_verdicts(ctx: Context) -> list[Verdict]:
     out: list[Verdict] = []
     for e in ctx.window.engines:
-        if rules.engine_idle(e, ctx.th):
-            gpus_idle = all(rules.gpu_idle(g, ctx.th) for g in ctx.gpus if g.util is not None)
+        if engine_idle(e, ctx.th):
+            gpus_idle = all(gpu_idle(g, ctx.th) for g in ctx.gpus if g.util is not None)
             if gpus_idle:
                 continue  # the box verdict (or none, if another engine works) covers it
             out.append(
-                rules.make_verdict(
+                make_verdict(
                     "idle",
                     0.7,
                     engine_scope(e),
-                    [rules.ev("running_max", e.running_max, 0.5, "<")],
+                    [ev("running_max", e.running_max, 0.5, "<")],
                     "none for this engine; if it should have work, check the router in front",
                     "This engine has no requests.",
                 )
             )
             continue
-        token = rules.token_cap(ctx, e)
+        token = token_cap(ctx, e)
         found = [
-            rules.kv_cap(ctx, e),
-            rules.seq_cap(ctx, e, token_pinned=token is not None),
+            kv_cap(ctx, e),
+            seq_cap(ctx, e, token_pinned=token is not None),
             token,
-            rules.starved(ctx, e),
-            rules.cpu_bound_engine(ctx, e),
+            starved(ctx, e),
+            cpu_bound_engine(ctx, e),
         ]
         out += [v for v in found if v is not None]
     return out
 
 
-def _fallback(ctx: rules.Context) -> Verdict:
+def _fallback(ctx: Context) -> Verdict:
     w = ctx.window
     if not w.engines and not ctx.has_gpu:
         errs = "; ".join(f"{e.source}: {e.message}" for e in w.errors[:3])
-        return rules.make_verdict(
+        return make_verdict(
             "unknown",
             0.0,
-            rules.BOX,
+            BOX,
             [],
             "check that the sources can be read (NVML or --dcgm-exporter, --vllm URL)",
             "No data: no GPU or engine source produced readings" + (f" ({errs})." if errs else "."),
@@ -111,14 +116,14 @@ def _fallback(ctx: rules.Context) -> Verdict:
     evidence = ctx.gpu_evidence() if ctx.has_gpu else []
     for e in w.engines:
         evidence += [
-            rules.ev("running_mean", e.running_mean),
-            rules.ev("waiting_mean", e.waiting_mean),
+            ev("running_mean", e.running_mean),
+            ev("waiting_mean", e.waiting_mean),
         ]
     if not ctx.has_gpu:
-        return rules.make_verdict(
+        return make_verdict(
             "unknown",
             0.3,
-            rules.BOX,
+            BOX,
             evidence,
             "add a GPU source (NVML on this host, or --dcgm-exporter URL) to judge the GPU side",
             "No cause from the engine alone; without GPU data, saturation, launch overhead and "
@@ -126,10 +131,10 @@ def _fallback(ctx: rules.Context) -> Verdict:
             ("gpu",),
         )
     missing = () if w.engines else ("engine",)
-    return rules.make_verdict(
+    return make_verdict(
         "unknown",
         0.3,
-        rules.BOX,
+        BOX,
         evidence,
         "give max_num_seqs / max_num_batched_tokens, add the engine's /metrics, or watch longer",
         "No single cause stands out in this window.",
@@ -137,7 +142,7 @@ def _fallback(ctx: rules.Context) -> Verdict:
     )
 
 
-def _box_analysis(ctx: rules.Context) -> dict[str, Any]:
+def _box_analysis(ctx: Context) -> dict[str, Any]:
     w = ctx.window
     host = w.host
     load = dict(w.load)
@@ -186,14 +191,14 @@ def diagnose(
     window: WindowStats, thresholds: Thresholds = DEFAULT_THRESHOLDS, caps: Caps = NO_CAPS
 ) -> Diagnosis:
     """Every verdict that holds in this window, most important first. Pure: no I/O, no state."""
-    ctx = rules.Context(window, thresholds, caps)
+    ctx = Context(window, thresholds, caps)
     verdicts: list[Verdict] = []
-    idle = rules.box_idle(ctx)
+    idle = box_idle(ctx)
     if idle is not None:
         verdicts.append(idle)
     else:
         verdicts += _engine_verdicts(ctx)
-        box_cpu = rules.cpu_bound_box(ctx)
+        box_cpu = cpu_bound_box(ctx)
         if box_cpu is not None:
             verdicts.append(box_cpu)
         comm = comm_bound(ctx)
@@ -205,12 +210,12 @@ def diagnose(
         for g in window.gpus:
             if g.index in waiting_on_links:
                 continue
-            for check in (rules.launch_bound, rules.saturated):
+            for check in (launch_bound, saturated):
                 v = check(ctx, g)
                 if v is not None:
                     verdicts.append(v)
-        verdicts += rules.idle_gpus(ctx)
-    client = rules.client_limited(ctx)
+        verdicts += idle_gpus(ctx)
+    client = client_limited(ctx)
     if client is not None:
         verdicts.append(client)
     if not verdicts:

@@ -14,7 +14,7 @@ import pytest
 from diag_windows import gpu, make_window
 
 from monitor.diagnosis import Caps, Thresholds, diagnose
-from monitor.diagnosis.comm import COMM_FIX
+from monitor.diagnosis.comm_rules import COMM_FIX
 from monitor.diagnosis.peaks import GPU_PEAKS
 from monitor.samples import GpuSample
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from monitor.diagnosis import figures as fig
-from monitor.diagnosis.rules import BOX, Context, ev, make_verdict, pct
+from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict, pct
 from monitor.diagnosis.verdict import Verdict
 from monitor.window import GpuWindow
 

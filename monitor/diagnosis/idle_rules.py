@@ -1,0 +1,83 @@
+"""Idle: an engine with nothing to do, GPUs doing nothing, a box at rest."""
+
+from __future__ import annotations
+
+from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict, pct
+from monitor.diagnosis.thresholds import Thresholds
+from monitor.diagnosis.verdict import Evidence, Verdict
+from monitor.report import gpu_scope
+from monitor.window import EngineWindow, GpuWindow
+
+
+def engine_idle(e: EngineWindow, th: Thresholds) -> bool:
+    if e.running_max is None:
+        return False
+    return (
+        e.running_max < 0.5
+        and (e.waiting_max or 0.0) < 0.5
+        and (e.requests_per_s is None or e.requests_per_s < th.idle_requests_per_s)
+    )
+
+
+def gpu_idle(g: GpuWindow, th: Thresholds) -> bool:
+    return g.util is not None and g.util < th.util_idle
+
+
+def box_idle(ctx: Context) -> Verdict | None:
+    """Everything read is idle: no requests and no kernels."""
+    w, th = ctx.window, ctx.th
+    if not w.engines and not ctx.has_gpu:
+        return None
+    if not all(engine_idle(e, th) for e in w.engines):
+        return None
+    if not all(gpu_idle(g, th) for g in w.gpus if g.util is not None):
+        return None
+    evidence: list[Evidence] = []
+    for e in w.engines:
+        evidence += [
+            ev("running_max", e.running_max, 0.5, "<"),
+            ev("waiting_max", e.waiting_max, 0.5, "<"),
+            ev("requests_per_s", e.requests_per_s, th.idle_requests_per_s, "<", "req/s"),
+        ]
+    for g in w.gpus:
+        evidence.append(ev(f"gpu{g.index}_util", g.util, th.util_idle, "<", "ratio"))
+    missing: list[str] = []
+    conf = 0.95
+    if not ctx.has_gpu:
+        missing.append("gpu")
+        conf = 0.8
+    if not w.engines:
+        missing.append("engine")
+        conf = 0.85
+    what = "no requests and no GPU activity"
+    if missing:
+        what = (
+            "no requests (no GPU data)" if "gpu" in missing else "no GPU activity (no engine data)"
+        )
+    return make_verdict(
+        "idle", conf, BOX, evidence, "none: nothing to serve", f"Idle: {what}.", missing
+    )
+
+
+def idle_gpus(ctx: Context) -> list[Verdict]:
+    """A GPU with nothing running while the rest of the box works."""
+    out = []
+    busy_elsewhere = any(not gpu_idle(g, ctx.th) for g in ctx.gpus if g.util is not None) or any(
+        not engine_idle(e, ctx.th) for e in ctx.window.engines
+    )
+    if not busy_elsewhere:
+        return out
+    for g in ctx.gpus:
+        if gpu_idle(g, ctx.th):
+            out.append(
+                make_verdict(
+                    "idle",
+                    0.7,
+                    gpu_scope(g),
+                    [ev("util", g.util, ctx.th.util_idle, "<", "ratio")],
+                    f"check that the engine uses GPU {g.index} (CUDA_VISIBLE_DEVICES, "
+                    "--tensor-parallel-size, --data-parallel-size)",
+                    f"GPU {g.index} is idle ({pct(g.util or 0)} duty cycle) while the box has work.",
+                )
+            )
+    return out

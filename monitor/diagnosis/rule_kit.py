@@ -1,0 +1,83 @@
+"""What every diagnosis rule is made of: the context it reads, evidence, verdicts, numbers in words.
+
+Confidences are fixed per rule and lowered, with the source named in
+``missing``, when the data that would confirm the verdict was not read. They
+order verdicts; they are not calibrated probabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from monitor.diagnosis import figures as fig
+from monitor.diagnosis.thresholds import Caps, Thresholds
+from monitor.diagnosis.verdict import Cause, Evidence, Verdict
+from monitor.window import GpuWindow, WindowStats
+
+BOX = "box"
+
+
+def num(x: float) -> str:
+    """A number as a person would say it: 6.4, 25.6, 128, 0.64."""
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    return f"{x:.3g}"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def pct_read(x: float | None) -> str:
+    return "not read" if x is None else pct(x)
+
+
+def ev(
+    name: str, value: float | None, threshold: float | None = None, op: str = "", unit: str = ""
+) -> Evidence:
+    return Evidence(name, None if value is None else float(value), threshold, op, unit)
+
+
+@dataclass(frozen=True)
+class Context:
+    window: WindowStats
+    th: Thresholds
+    caps: Caps
+
+    @property
+    def gpus(self) -> tuple[GpuWindow, ...]:
+        return self.window.gpus
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(g.util is not None for g in self.window.gpus)
+
+    def gpu_evidence(self) -> list[Evidence]:
+        out = [ev("gpu_util", fig.util_mean(self.gpus), unit="ratio")]
+        sm = fig.sm_active_mean(self.gpus)
+        if sm is not None:
+            out.append(ev("gpu_sm_active", sm, unit="ratio"))
+        return out
+
+
+def make_verdict(
+    cause: Cause,
+    confidence: float,
+    scope: str,
+    evidence: Sequence[Evidence],
+    fix: str,
+    summary: str,
+    missing: Sequence[str] = (),
+    since: float | None = None,
+) -> Verdict:
+    return Verdict(
+        cause=cause,
+        confidence=round(max(0.0, min(1.0, confidence)), 3),
+        scope=scope,
+        evidence=tuple(evidence),
+        fix=fix,
+        summary=summary,
+        since=since,
+        missing=tuple(missing),
+    )

@@ -1,0 +1,209 @@
+"""The engine's scheduler: too little load (starved), or a cap on what it runs (sequences, KV cache, token budget)."""
+
+from __future__ import annotations
+
+from monitor.diagnosis import figures as fig
+from monitor.diagnosis.idle_rules import engine_idle
+from monitor.diagnosis.rule_kit import Context, ev, make_verdict, num, pct
+from monitor.diagnosis.verdict import Verdict
+from monitor.report import engine_scope
+from monitor.window import EngineWindow
+
+
+def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
+    th = ctx.th
+    if engine_idle(e, th) or e.running_mean is None or fig.queue_sustained(e, th):
+        return None
+    cap = fig.seq_cap(e, ctx.caps, th)
+    assert cap.value is not None  # seq_cap always yields a number (given, inferred or assumed)
+    limit = th.starved_running_share * cap.value
+    if e.running_mean > limit:
+        return None
+    activity = fig.gpu_activity(ctx.gpus)
+    compute_sat = fig.compute_saturated(ctx.gpus, th)
+    if compute_sat:
+        return None  # tensor cores already busy: more load would only add latency
+    missing: list[str] = []
+    conf = 0.85
+    if activity is None:
+        missing.append("gpu")
+        conf -= 0.15
+    elif compute_sat is None and fig.gpus_saturated(ctx.gpus, th):
+        conf -= 0.1  # busy, and no tensor metric to say whether it is compute or memory
+    if cap.assumed:
+        conf -= 0.1
+    lit = fig.littles(e, th)
+    fill = cap.value / lit.slot_latency_s if lit.slot_latency_s else None
+    evidence = [
+        ev("waiting_mean", e.waiting_mean, th.waiting_min, "<="),
+        ev("running_mean", e.running_mean, limit, "<="),
+        ev("seq_cap", cap.value),
+    ]
+    if activity is not None:
+        tensor = fig.tensor_active_mean(ctx.gpus)
+        evidence.append(ev("gpu_activity", activity, unit="ratio"))
+        evidence.append(ev("tensor_active", tensor, th.tensor_high, "<", "ratio"))
+    evidence += [
+        ev("littles_in_flight", lit.in_flight),
+        ev("littles_throughput_rps", lit.throughput_rps, unit="req/s"),
+        ev("slot_latency_s", lit.slot_latency_s, unit="s"),
+        ev("fill_rate_rps", fill, unit="req/s"),
+    ]
+    now = []
+    if lit.throughput_rps is not None:
+        now.append(f"now {num(lit.throughput_rps)} req/s")
+    if lit.in_flight is not None:
+        now.append(f"{num(lit.in_flight)} in flight")
+    if lit.slot_latency_s is not None:
+        now.append(f"requests last {num(lit.slot_latency_s)} s")
+    if cap.assumed:
+        now.append(f"cap assumed: vLLM's usual default of {cap.value}; give max_num_seqs")
+    now_text = f" ({', '.join(now)})" if now else ""
+    if fill is not None:
+        fix = (
+            f"send about {num(fill)} req/s to fill {cap.value} slots{now_text}; "
+            "check any gateway's concurrency limit"
+        )
+    else:
+        fix = (
+            f"send more load: about {cap.value} requests in flight would fill the slots"
+            f"{now_text}; check any gateway's concurrency limit"
+        )
+    gpu_text = "" if activity is None else f", GPU {pct(activity)} active"
+    summary = (
+        f"Starved: {num(e.running_mean)} of {cap.value} slots busy and nothing waits{gpu_text}"
+        f"{' (no GPU data)' if activity is None else ''}."
+    )
+    return make_verdict("starved", conf, engine_scope(e), evidence, fix, summary, missing)
+
+
+def kv_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
+    th = ctx.th
+    queued = fig.queue_sustained(e, th)
+    kv = e.kv_cache_usage_mean
+    full = kv is not None and kv >= th.kv_full
+    preempting = e.preemptions_per_s is not None and e.preemptions_per_s > th.preemptions_per_s_min
+    if not ((full and queued) or preempting):
+        return None
+    conf = 0.9 if full and preempting else 0.8
+    evidence = [
+        ev("kv_cache_usage_mean", kv, th.kv_full, ">="),
+        ev("preemptions_per_s", e.preemptions_per_s, th.preemptions_per_s_min, ">", "1/s"),
+        ev("waiting_mean", e.waiting_mean, th.waiting_min, ">"),
+        ev("running_mean", e.running_mean),
+    ]
+    parts = []
+    if kv is not None:
+        parts.append(f"KV cache {pct(kv)} used")
+    if preempting:
+        parts.append(f"{num(e.preemptions_per_s or 0)} preemptions/s")
+    if e.waiting_mean:
+        parts.append(f"{num(e.waiting_mean)} waiting")
+    fix = (
+        "give the KV cache more room: raise --gpu-memory-utilization, use --kv-cache-dtype fp8 "
+        "or lower --max-model-len"
+    )
+    if e.running_mean:
+        fix += f"; or lower --max-num-seqs below {num(e.running_mean)} to stop preemptions"
+    summary = f"KV-cache cap: {', '.join(parts)}."
+    return make_verdict("kv-cap", conf, engine_scope(e), evidence, fix, summary)
+
+
+def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None:
+    th = ctx.th
+    if not fig.queue_sustained(e, th):
+        return None
+    cap = fig.seq_cap(e, ctx.caps, th)
+    if cap.assumed or cap.value is None or cap.at_cap_share is None:
+        return None
+    if cap.at_cap_share < th.plateau_share:
+        return None
+    kv = e.kv_cache_usage_mean
+    if kv is not None and kv >= th.kv_full:
+        return None
+    if e.preemptions_per_s is not None and e.preemptions_per_s > th.preemptions_per_s_min:
+        return None
+    conf = 0.9 if not cap.inferred else 0.8
+    missing: list[str] = []
+    compute_sat = fig.compute_saturated(ctx.gpus, th)
+    notes = []
+    if not ctx.has_gpu:
+        missing.append("gpu")
+        conf -= 0.1
+        notes.append("no GPU data: cannot confirm the GPU has room")
+    elif compute_sat is None and fig.gpus_saturated(ctx.gpus, th):
+        conf -= 0.1
+        notes.append("the GPU is busy and its tensor activity is unknown")
+    elif compute_sat:
+        conf = 0.4
+        notes.append(
+            "but the GPU's tensor cores are saturated too: a higher cap mostly adds latency"
+        )
+    if cap.inferred and token_pinned:
+        conf = min(conf, 0.45)
+        notes.append("engine steps also fill the token budget: the plateau may come from it")
+    if e.waiting_capacity_mean:
+        conf += 0.05
+    evidence = [
+        ev("waiting_mean", e.waiting_mean, th.waiting_min, ">"),
+        ev("waiting_share", fig.waiting_share(e), th.waiting_sustained, ">="),
+        ev("running_at_cap_share", cap.at_cap_share, th.plateau_share, ">="),
+        ev("seq_cap", cap.value),
+        ev("kv_cache_usage_mean", kv, th.kv_full, "<"),
+    ]
+    if e.waiting_capacity_mean is not None:
+        evidence.append(ev("waiting_capacity_mean", e.waiting_capacity_mean))
+    evidence += ctx.gpu_evidence() if ctx.has_gpu else []
+    how = "inferred from the plateau of running while requests wait" if cap.inferred else "given"
+    waiting = num(e.waiting_mean or 0)
+    kv_text = f"; KV cache {pct(kv)} used" if kv is not None else ""
+    fix = (
+        f"raise --max-num-seqs above {cap.value} (running sits at {cap.value} while "
+        f"{waiting} wait{kv_text})"
+    )
+    summary = (
+        f"Sequence cap: running sits at {cap.value} ({how}) while {waiting} requests wait"
+        f"{'; ' + '; '.join(notes) if notes else ''}."
+    )
+    return make_verdict("seq-cap", conf, engine_scope(e), evidence, fix, summary, missing)
+
+
+def token_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
+    th = ctx.th
+    budget = fig.token_budget(e, ctx.caps, th)
+    if budget.value is None or budget.pinned_share is None:
+        return None
+    if budget.pinned_share < th.token_pinned_share:
+        return None
+    prefill_heavy = (
+        budget.prefill_share is not None and budget.prefill_share >= th.prefill_share_min
+    )
+    if budget.inferred and not prefill_heavy:
+        return None  # decode steps pinned at R tokens are the sequence cap's doing, not a budget
+    conf = 0.85 if not budget.inferred else 0.6
+    if not prefill_heavy:
+        conf -= 0.15
+    saturated_note = ""
+    if fig.compute_saturated(ctx.gpus, th):
+        # Full steps on busy tensor cores: a bigger budget would not make them faster.
+        conf = min(conf, 0.4)
+        saturated_note = "; the tensor cores are saturated, so a bigger budget adds little"
+    evidence = [
+        ev("token_pinned_share", budget.pinned_share, th.token_pinned_share, ">="),
+        ev("token_budget", budget.value),
+        ev("prefill_share", budget.prefill_share, th.prefill_share_min, ">="),
+        ev("iteration_tokens_mean", e.iteration_tokens_mean, unit="tokens"),
+        ev("waiting_mean", e.waiting_mean),
+    ]
+    how = "inferred from the iteration-tokens histogram" if budget.inferred else "given"
+    fix = (
+        f"raise --max-num-batched-tokens above {budget.value} ({pct(budget.pinned_share)} of "
+        "engine steps fill it)"
+    )
+    if prefill_heavy:
+        fix += f"; prompts are {pct(budget.prefill_share or 0)} of tokens"
+    summary = (
+        f"Token budget: {pct(budget.pinned_share)} of engine steps are at the budget of "
+        f"{budget.value} tokens ({how}){saturated_note}."
+    )
+    return make_verdict("token-cap", conf, engine_scope(e), evidence, fix, summary)
