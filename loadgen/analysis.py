@@ -193,6 +193,19 @@ def find_saturation(
         if why is None:
             continue
         cause = _cause(b, a)
+        gain = gain_per_doubling(a, b)
+        if queueing(b) and gain >= gain_threshold:
+            # The limit was reached between a and b, and b still did much more work than a:
+            # b is the most the box takes, with the first requests waiting for a slot.
+            return _saturation_at(
+                b,
+                cause=cause,
+                inferred_cap=_inferred_cap(ordered[i:], cause),
+                reason=f"at load {load_of(b):g}: requests start to queue (waiting "
+                f"{b.waiting_p50 if b.waiting_p50 is not None else b.waiting_mean:.1f}) while "
+                f"throughput still grew +{100 * gain:.0f}% per doubling",
+                refine_from_step_index=a.index,
+            )
         return _saturation_at(
             a,
             cause=cause,

@@ -51,8 +51,14 @@ class AdaptivePlan:
             return x if x <= self.maximum else None
         if sat.cause == "errors" or sat.step_index is None:
             return None
-        knee = next(load_of(s) for s in steps if s.index == sat.step_index)
-        above = [x for x in ordered if x > knee]
+        at = next(load_of(s) for s in steps if s.index == sat.step_index)
+        if sat.refine_from_step_index is not None:
+            # The saturation step already queues: the limit is between it and the step below.
+            knee = next(load_of(s) for s in steps if s.index == sat.refine_from_step_index)
+            above = [at]
+        else:
+            knee = at
+            above = [x for x in ordered if x > knee]
         if not above or self._refined >= self.refine:
             return None
         mid = (knee + above[0]) / 2

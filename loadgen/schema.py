@@ -163,6 +163,9 @@ class Saturation(BaseModel):
     inferred_cap: int | None = None
     step_index: int | None = None
     reason: str
+    # Set when the saturation step already queues but still did much more than the step
+    # below: the limit lies between the two, and an adaptive sweep bisects there.
+    refine_from_step_index: int | None = None
 
 
 class Goodput(BaseModel):

@@ -58,6 +58,11 @@ FIRST_QUEUES = [
     step(8, 400, 4.0, waiting=12, running=4),
 ]
 CLIENT = [step(1, 100, 1.0), step(2, 105, 1.8, client_limited=True, verdict="client-limited")]
+# The KV cache holds 7 requests: at 8 one waits, yet 8 did 75% more than 4. The most the box
+# takes is 8; at 16 only the queue grows.
+KV_FILLS = [step(2, 200, 1.0), step(4, 400, 1.0),
+            step(8, 700, 1.15, waiting=1, running=7, verdict="kv-cap"),
+            step(16, 700, 2.3, waiting=9, running=7, verdict="kv-cap")]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -69,6 +74,7 @@ CLIENT = [step(1, 100, 1.0), step(2, 105, 1.8, client_limited=True, verdict="cli
         (ERRORS, True, 2, "errors", None),
         (FIRST_QUEUES, True, 4, "seq-cap", 4),
         (CLIENT, True, 1, "client-limited", None),
+        (KV_FILLS, True, 8, "kv-cap", 7),
     ],
 )
 def test_saturation_table(steps, reached, load, cause, cap) -> None:
@@ -109,7 +115,7 @@ def test_a_cohort_readmitted_together_is_not_a_queue() -> None:
     sat = find_saturation(burst)
     assert sat.concurrency == 16, sat.reason
     # A queue held through the hold is still queueing, by its median.
-    held = [step(8, 124, 1.6), step(16, 150, 2.6, waiting=6.0, running=8, verdict="seq-cap")]
+    held = [step(8, 124, 1.6), step(16, 126, 2.6, waiting=6.0, running=8, verdict="seq-cap")]
     held[1] = held[1].model_copy(update={"waiting_p50": 6.0})
     assert find_saturation(held).concurrency == 8
 
