@@ -118,11 +118,12 @@ class ThreadCpuReader:
         explained = sum(v - state.at_full.get(tid, v) for tid, v in fresh.items())
         if process_cpu - state.cpu_at_full - explained > STALE_CPU_S:
             return self._full(pid, process_cpu, now, state, fresh)
-        for tid in state.hot:
-            if tid in fresh:
-                state.last[tid] = fresh[tid]
-            else:
-                state.last.pop(tid, None)  # ended
+        if len(fresh) < len(state.hot):  # some ended: stop reading them
+            for tid in state.hot:
+                if tid not in fresh:
+                    state.last.pop(tid, None)
+            state.hot = tuple(fresh)
+        state.last.update(fresh)
         return state.last
 
     def _full(

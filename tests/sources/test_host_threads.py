@@ -118,6 +118,14 @@ def test_cold_threads_are_not_read_until_the_process_says_they_ran(
         assert figures[tid] >= lo[tid]
     assert reader.full_reads == 3
 
+    # The hot thread ends: it leaves the report.
+    engine.stdin.write("stop\n")
+    engine.stdin.flush()
+    deadline = time.monotonic() + 5
+    while tid in truth(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert tid not in reported(src)
+
 
 def test_a_full_read_comes_round_again_for_new_threads(
     engine: subprocess.Popen[str],
