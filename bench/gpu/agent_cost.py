@@ -24,75 +24,23 @@ from bench import fixture_server  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 
+# The agent's default sampling: NVML + GPM with the duty cycle over 5 s spans, the host
+# source and one vLLM endpoint, at 1 s on every GPU. Each configuration changes a few of these.
+_AGENT = {"gpm": True, "util_every": 5.0, "host": True, "vllm": True, "interval": 1.0,
+          "seconds": 20.0, "gpus": None}  # fmt: skip
+_GPM_ONLY = {**_AGENT, "host": False, "vllm": False, "seconds": 15.0}
+
 CONFIGS = {
-    # What `headroom agent` runs by default: NVML + GPM with the duty cycle over 5 s spans,
-    # the host source and one vLLM endpoint, on one GPU and then on every GPU.
-    "agent-1gpu-1s": {
-        "gpm": True,
-        "util_every": 5.0,
-        "host": True,
-        "vllm": True,
-        "interval": 1.0,
-        "seconds": 20.0,
-        "gpus": 1,
-    },
+    # What `headroom agent` runs by default, on one GPU and then on every GPU.
+    "agent-1gpu-1s": {**_AGENT, "gpus": 1},
     # The same, with the host source as it was before reading threads from schedstat and
     # the CPU frequency every 10 s: psutil's threads() and cpu_freq() on every tick.
-    "agent-1gpu-1s-old-host": {
-        "gpm": True,
-        "util_every": 5.0,
-        "host": True,
-        "vllm": True,
-        "interval": 1.0,
-        "seconds": 20.0,
-        "gpus": 1,
-        "old_host": True,
-    },
-    "agent-all-1s": {
-        "gpm": True,
-        "util_every": 5.0,
-        "host": True,
-        "vllm": True,
-        "interval": 1.0,
-        "seconds": 20.0,
-        "gpus": None,
-    },
-    "gpm-all-1s-util-every-tick": {
-        "gpm": True,
-        "util_every": 0.0,
-        "host": False,
-        "vllm": False,
-        "interval": 1.0,
-        "seconds": 15.0,
-        "gpus": None,
-    },
-    "gpm-all-1s": {
-        "gpm": True,
-        "util_every": 5.0,
-        "host": False,
-        "vllm": False,
-        "interval": 1.0,
-        "seconds": 15.0,
-        "gpus": None,
-    },
-    "nvml-all-1s": {
-        "gpm": False,
-        "util_every": 0.0,
-        "host": False,
-        "vllm": False,
-        "interval": 1.0,
-        "seconds": 15.0,
-        "gpus": None,
-    },
-    "gpm-all-100ms": {
-        "gpm": True,
-        "util_every": 5.0,
-        "host": False,
-        "vllm": False,
-        "interval": 0.1,
-        "seconds": 8.0,
-        "gpus": None,
-    },
+    "agent-1gpu-1s-old-host": {**_AGENT, "gpus": 1, "old_host": True},
+    "agent-all-1s": dict(_AGENT),
+    "gpm-all-1s-util-every-tick": {**_GPM_ONLY, "util_every": 0.0},
+    "gpm-all-1s": dict(_GPM_ONLY),
+    "nvml-all-1s": {**_GPM_ONLY, "gpm": False, "util_every": 0.0},
+    "gpm-all-100ms": {**_GPM_ONLY, "interval": 0.1, "seconds": 8.0},
 }
 
 
