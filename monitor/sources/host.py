@@ -180,7 +180,7 @@ class HostSource:
                 times = proc.cpu_times()
                 name = proc.name()
             threads = self._threads(proc, times.user + times.system)
-        except _GONE:
+        except (*_GONE, ProcessLookupError):
             self._thread_cpu.forget(proc.pid)
             return None
         out = []

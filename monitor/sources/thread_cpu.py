@@ -46,10 +46,16 @@ def _runtime(data: bytes) -> float:
 
 def read_all(pid: int, known: dict[int, float] | None = None) -> dict[int, float] | None:
     """Every thread's CPU seconds from schedstat (those in `known` not read again), or
-    None where the kernel has no schedstat (the caller falls back to psutil)."""
+    None where the kernel has no schedstat (the caller falls back to psutil).
+
+    Raises ProcessLookupError when the process has gone: that says nothing of the kernel."""
     base = f"/proc/{pid}/task/"
     try:
         tids = os.listdir(base)
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self/task"):
+            raise ProcessLookupError(pid) from None
+        return None
     except OSError:
         return None
     out: dict[int, float] = {}

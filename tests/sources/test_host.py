@@ -152,6 +152,29 @@ def test_an_exited_process_is_dropped_without_an_error(burner: subprocess.Popen[
     assert reading.host.cpu_total_seconds > 0
 
 
+def test_a_process_gone_between_reads_does_not_turn_schedstat_off(
+    burner: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import monitor.sources.thread_cpu as thread_cpu
+
+    src = HostSource(pids=[burner.pid], rediscover_s=3600)
+    assert [p.pid for p in src.read().host.processes] == [burner.pid]  # type: ignore[union-attr]
+    # It exits after its CPU time is read and before its threads are listed.
+    real = thread_cpu.read_all
+
+    def gone(pid: int, known: dict[int, float] | None = None) -> dict[int, float] | None:
+        burner.kill()
+        burner.wait(timeout=10)
+        return real(pid, known)
+
+    monkeypatch.setattr(thread_cpu, "read_all", gone)
+    src._thread_cpu.forget(burner.pid)  # so this read lists the threads afresh
+    reading = src.read()
+    assert reading.errors == ()
+    assert reading.host is not None and reading.host.processes == ()
+    assert src._schedstat is True, "one exited process must not cost every later read"
+
+
 def test_a_missing_pid_or_port_is_a_note_not_a_failure() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(timeout=30)
