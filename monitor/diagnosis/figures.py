@@ -121,10 +121,7 @@ def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds) -> SeqCap:
     def share_at(cap: float) -> float | None:
         if not queued:
             return None
-        # One sequence below the cap is still at it: a reading can fall between a request
-        # finishing and the next one admitted (short requests on a small cap do, often).
-        floor = cap - max(1.0, cap * th.plateau_tolerance)
-        return sum(1 for r in queued if r >= floor) / len(queued)
+        return sum(1 for r in queued if r >= cap * (1 - th.plateau_tolerance)) / len(queued)
 
     if caps.max_num_seqs is not None:
         return SeqCap(caps.max_num_seqs, False, False, share_at(caps.max_num_seqs), len(queued))

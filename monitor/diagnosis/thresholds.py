@@ -76,8 +76,7 @@ class Thresholds:
     waiting_min: float = 0.5
     # Share of samples with waiting > 0 for the queue to count as sustained.
     waiting_sustained: float = 0.6
-    # Running within this fraction below the cap counts as "at the cap" (and never less
-    # than one sequence below it: a reading between a finish and the next admission).
+    # Running within this fraction below the cap counts as "at the cap".
     plateau_tolerance: float = 0.1
     # Share of queued samples that must sit at the plateau for a cap to be inferred.
     plateau_share: float = 0.8
