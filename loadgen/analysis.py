@@ -194,9 +194,11 @@ def find_saturation(
             continue
         cause = _cause(b, a)
         gain = gain_per_doubling(a, b)
-        if queueing(b) and gain >= gain_threshold:
-            # The limit was reached between a and b, and b still did much more work than a:
-            # b is the most the box takes, with the first requests waiting for a slot.
+        ran_more = b.mode == "closed" and (b.running_mean or 0.0) > load_of(a) + 0.5
+        if queueing(b) and gain >= gain_threshold and ran_more:
+            # The engine ran more at once at b than a offered it: its limit lies between a
+            # and b, and b did much more work than a, with the first requests waiting for a
+            # slot. (Where b runs no more than a offered, the limit is a itself.)
             return _saturation_at(
                 b,
                 cause=cause,
