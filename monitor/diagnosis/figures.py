@@ -121,7 +121,15 @@ def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds) -> SeqCap:
     def share_at(cap: float) -> float | None:
         if not queued:
             return None
-        return sum(1 for r in queued if r >= cap * (1 - th.plateau_tolerance)) / len(queued)
+        strict = sum(1 for r in queued if r >= cap * (1 - th.plateau_tolerance)) / len(queued)
+        if strict < th.plateau_top_share:
+            return strict
+        # Pressed against the ceiling most of the time: a reading one below it is the gap
+        # between a request finishing and the next one admitted (short requests on a small
+        # cap fall there often), not a lower plateau. A budget that lets one more in only
+        # now and then (running mostly one below its peak) stays strict.
+        floor = cap - max(1.0, cap * th.plateau_tolerance)
+        return sum(1 for r in queued if r >= floor) / len(queued)
 
     if caps.max_num_seqs is not None:
         return SeqCap(caps.max_num_seqs, False, False, share_at(caps.max_num_seqs), len(queued))

@@ -80,6 +80,9 @@ class Thresholds:
     plateau_tolerance: float = 0.1
     # Share of queued samples that must sit at the plateau for a cap to be inferred.
     plateau_share: float = 0.8
+    # Share of queued samples at the top itself for a reading one sequence below it to
+    # count as at the cap too (a finish not yet followed by an admission).
+    plateau_top_share: float = 0.5
     # Queued samples needed before a cap is inferred (a snapshot over 2 s has ~3).
     plateau_min_samples: int = 2
     # Starved when mean running is at most this share of the sequence cap.

