@@ -24,6 +24,11 @@ SLO_PCTS = ("p50", "p90", "p95", "p99")
 QUEUE_MIN = 1.0
 QUEUE_SHARE = 0.1
 LATENCY_RISE = 0.05
+# A step where requests first queue is itself the saturation point only if the doubling
+# up to it still bought more throughput than it cost in latency. In a closed loop
+# (Little's law, in flight = throughput x latency) a doubling that raises throughput by g
+# raises latency by 2/(1+g) - 1: the two are equal at g = sqrt(2) - 1, about 41%.
+QUEUE_STILL_SCALING = math.sqrt(2) - 1
 UNDERSERVED = 0.9  # open loop: completions below this share of the offered rate
 # Causes that describe the absence of a limit rather than one.
 _WEAK_CAUSES = {None, "idle", "starved", "unknown"}
@@ -168,16 +173,36 @@ def find_saturation(
     ordered = effective_steps(steps)
     if not ordered:
         return Saturation(reached=False, reason="no steps measured")
-    for i, b in enumerate(ordered):
-        if b.error_ratio > error_threshold:
-            a = ordered[i - 1] if i else None
-            return _saturation_at(
-                a,
-                cause="errors",
-                inferred_cap=None,
-                reason=f"saturated by errors: {100 * b.error_ratio:.0f}% of requests failed at load "
-                f"{load_of(b):g}",
-            )
+    failing = next((i for i, s in enumerate(ordered) if s.error_ratio > error_threshold), None)
+    healthy = ordered if failing is None else ordered[:failing]
+    # A knee below the first failing load is the limit: requests that time out or are refused
+    # further up are what overload looks like past it, not a lower ceiling.
+    knee = _knee(healthy, gain_threshold) if healthy else None
+    if knee is not None:
+        return knee
+    if failing is not None:
+        b = ordered[failing]
+        return _saturation_at(
+            ordered[failing - 1] if failing else None,
+            cause="errors",
+            inferred_cap=None,
+            reason=f"saturated by errors: {100 * b.error_ratio:.0f}% of requests failed at load "
+            f"{load_of(b):g}",
+        )
+    top = max(ordered, key=lambda s: s.output_tokens_per_s)
+    return Saturation(
+        reached=False,
+        concurrency=top.concurrency,
+        rate=top.rate,
+        output_tokens_per_s=top.output_tokens_per_s,
+        requests_per_s=top.requests_per_s,
+        step_index=top.index,
+        reason=f"not reached: throughput still grew at the highest load ({load_of(ordered[-1]):g})",
+    )
+
+
+def _knee(ordered: Sequence[StepResult], gain_threshold: float) -> Saturation | None:
+    """The saturation point among steps that did not fail, or None if throughput still grew."""
     if queueing(ordered[0]):
         first = ordered[0]
         cause = _cause(first, None)
@@ -195,10 +220,11 @@ def find_saturation(
         cause = _cause(b, a)
         gain = gain_per_doubling(a, b)
         ran_more = b.mode == "closed" and (b.running_mean or 0.0) > load_of(a) + 0.5
-        if queueing(b) and gain >= gain_threshold and ran_more:
+        if queueing(b) and gain >= max(gain_threshold, QUEUE_STILL_SCALING) and ran_more:
             # The engine ran more at once at b than a offered it: its limit lies between a
             # and b, and b did much more work than a, with the first requests waiting for a
-            # slot. (Where b runs no more than a offered, the limit is a itself.)
+            # slot. (Where b runs no more than a offered, the limit is a itself; where b
+            # gained less than it cost in latency, a was already the knee.)
             return _saturation_at(
                 b,
                 cause=cause,
@@ -214,16 +240,7 @@ def find_saturation(
             inferred_cap=_inferred_cap(ordered[i:], cause),
             reason=f"past load {load_of(a):g}: {why}",
         )
-    top = max(ordered, key=lambda s: s.output_tokens_per_s)
-    return Saturation(
-        reached=False,
-        concurrency=top.concurrency,
-        rate=top.rate,
-        output_tokens_per_s=top.output_tokens_per_s,
-        requests_per_s=top.requests_per_s,
-        step_index=top.index,
-        reason=f"not reached: throughput still grew at the highest load ({load_of(ordered[-1]):g})",
-    )
+    return None
 
 
 def meets(step: StepResult, slos: dict[str, float], error_threshold: float) -> bool:
