@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loadgen.analysis import find_saturation, load_of
-from loadgen.schema import StepResult
+from loadgen.schema import Saturation, StepResult
 
 
 class FixedPlan:
@@ -22,7 +22,9 @@ class FixedPlan:
 
 class AdaptivePlan:
     """Doubles from ``start`` until the analysis finds the knee, then bisects between the
-    knee and the first step past it ``refine`` times (integers for concurrency)."""
+    knee and the first step past it ``refine`` times (integers for concurrency); then, if
+    nothing was measured as far as twice the saturation point, ends with one step there,
+    so the plateau (flat throughput, rising latency) is measured and not only inferred."""
 
     def __init__(
         self,
@@ -40,6 +42,7 @@ class AdaptivePlan:
         self.gain_threshold = gain_threshold
         self.error_threshold = error_threshold
         self._refined = 0
+        self._confirmed = False
 
     def next(self, steps: Sequence[StepResult]) -> float | None:
         if not steps:
@@ -52,6 +55,12 @@ class AdaptivePlan:
         if sat.cause == "errors" or sat.step_index is None:
             return None
         at = next(load_of(s) for s in steps if s.index == sat.step_index)
+        step = self._refine(steps, sat, at, ordered)
+        return step if step is not None else self._confirm(at, ordered)
+
+    def _refine(
+        self, steps: Sequence[StepResult], sat: Saturation, at: float, ordered: list[float]
+    ) -> float | None:
         if sat.refine_from_step_index is not None:
             # The saturation step already queues: the limit is between it and the step below.
             knee = next(load_of(s) for s in steps if s.index == sat.refine_from_step_index)
@@ -70,3 +79,10 @@ class AdaptivePlan:
             return None
         self._refined += 1
         return mid
+
+    def _confirm(self, at: float, ordered: list[float]) -> float | None:
+        x = min(at * 2, self.maximum)
+        if self._confirmed or x <= ordered[-1]:
+            return None
+        self._confirmed = True
+        return x

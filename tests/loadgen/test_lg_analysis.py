@@ -15,7 +15,8 @@ _I = iter(range(10_000))
 def step(x: float, tput: float, e2e: float, waiting: float = 0.0, running: float | None = None,
          verdict: str | None = "starved", err: float = 0.0, mode: str = "closed", rps: float | None = None,
          valid: bool = True, ttft95: float = 0.1, index: int | None = None,
-         running_max: float | None = None, client_limited: bool = False) -> StepResult:  # fmt: skip
+         running_max: float | None = None, client_limited: bool = False,
+         waiting_p50: float | None = None) -> StepResult:  # fmt: skip
     return StepResult(
         index=next(_I) if index is None else index,
         mode=mode,
@@ -37,6 +38,7 @@ def step(x: float, tput: float, e2e: float, waiting: float = 0.0, running: float
         if running_max is not None
         else (running if running is not None else x),
         waiting_mean=waiting,
+        waiting_p50=waiting_p50,
         verdict=verdict,
         valid=valid,
         client_limited=client_limited,
@@ -69,6 +71,16 @@ KV_FILLS = [step(2, 200, 1.0), step(4, 400, 1.0),
 AT_CAP_4 = [step(1, 703, 1.0), step(2, 1219, 1.0), step(4, 2169, 1.0, running=3.67),
             step(8, 2465, 1.9, waiting=4, running=4, running_max=4, verdict="seq-cap")]  # fmt: skip
 
+# The simulator's compute-bound box in a CI run: each doubling still bought 11-15% more tokens
+# but cost 70-80% more latency, and 16 streams queued. The knee is 8, not 16.
+PREFILL_FULL = [step(2, 164, 0.196), step(4, 224, 0.291),
+                step(8, 257, 0.486, waiting=1.33, waiting_p50=0, running=6.67, verdict="compute-bound"),
+                step(16, 285, 0.867, waiting=1.67, waiting_p50=2, running=14.2,
+                     verdict="compute-bound")]  # fmt: skip
+
+# Past a knee at 8, requests at 64 streams time out: the cap is still the limit.
+KNEE_THEN_ERRORS = [*SEQ_CAP, step(64, 300, 9.0, waiting=56, running=8, err=0.4, verdict="seq-cap")]
+
 
 @pytest.mark.parametrize(
     ("steps", "reached", "load", "cause", "cap"),
@@ -81,6 +93,8 @@ AT_CAP_4 = [step(1, 703, 1.0), step(2, 1219, 1.0), step(4, 2169, 1.0, running=3.
         (CLIENT, True, 1, "client-limited", None),
         (KV_FILLS, True, 8, "kv-cap", 7),
         (AT_CAP_4, True, 4, "seq-cap", 4),
+        (PREFILL_FULL, True, 8, "compute-bound", None),
+        (KNEE_THEN_ERRORS, True, 8, "seq-cap", 8),
     ],
 )
 def test_saturation_table(steps, reached, load, cause, cap) -> None:
@@ -206,9 +220,30 @@ def test_adaptive_plan_doubles_then_bisects() -> None:
         run = min(x, caps)
         steps.append(step(x, 100 * run, 1.0 * max(1.0, x / caps), waiting=max(0, x - caps), running=run,
                           verdict="seq-cap" if x > caps else "starved"))  # fmt: skip
-    assert tried == [1, 2, 4, 8, 16, 12, 14]
+    # ... and one step at twice the knee shows the plateau past it.
+    assert tried == [1, 2, 4, 8, 16, 12, 14, 24]
     sat = find_saturation(steps)
     assert sat.concurrency == 12 and sat.cause == "seq-cap" and sat.inferred_cap == 12
+
+
+def test_adaptive_plan_measures_past_a_knee_it_found_at_its_top_step() -> None:
+    # Without refinement the knee is the first queueing step, 16, the last one doubled to:
+    # one more step at 32 shows the plateau past it (flat tokens, longer latency).
+    plan = AdaptivePlan(1, 1024, refine=0)
+    caps = 12
+    steps: list[StepResult] = []
+    tried = []
+    while (x := plan.next(steps)) is not None:
+        tried.append(int(x))
+        run = min(x, caps)
+        steps.append(step(x, 100 * run, 1.0 * max(1.0, x / caps), waiting=max(0, x - caps), running=run,
+                          verdict="seq-cap" if x > caps else "starved"))  # fmt: skip
+    assert tried == [1, 2, 4, 8, 16, 32]
+    sat = find_saturation(steps)
+    assert sat.concurrency == 16 and sat.cause == "seq-cap"
+    # ... but never past the ceiling the user set.
+    capped = AdaptivePlan(1, 16, refine=0)
+    assert capped.next(steps[:5]) is None
 
 
 def test_adaptive_plan_stops_at_the_ceiling_and_on_errors() -> None:
