@@ -234,7 +234,7 @@ def cost_one(config: str, pid: int) -> dict[str, Any]:
         return {"config": config, "error": (res.stderr or res.stdout)[-1500:]}
 
 
-def phase_cost(out: Path, gpus: int) -> None:
+def phase_cost(out: Path, gpus: int, configs: list[str]) -> None:
     from agent_cost import nvitop_beside
 
     proc = start_workload("compute", 150.0, gpus)
@@ -242,7 +242,8 @@ def phase_cost(out: Path, gpus: int) -> None:
     wait_busy(gpus)
     rows: list[dict[str, Any]] = []
     try:
-        for config, interval in COST_CONFIGS.items():
+        for config in configs:
+            interval = COST_CONFIGS[config]
             log(f"cost: {config} beside nvitop-exporter at {interval:g} s (its shortest: 0.25 s)")
             holder: dict[str, Any] = {}
 
@@ -289,6 +290,7 @@ def main() -> None:
     p.add_argument("--only", default=",".join(ORDER))
     p.add_argument("--phase", default="record,cost")
     p.add_argument("--gpus", type=int, default=0, help="0: every GPU NVML sees")
+    p.add_argument("--configs", default=",".join(COST_CONFIGS), help="cost phase: which ones")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     gpus = args.gpus or gpu_count()
@@ -300,7 +302,7 @@ def main() -> None:
         phase_record(args.out, args.only.split(","), gpus)
     if "cost" in phases:
         try:
-            phase_cost(args.out, gpus)
+            phase_cost(args.out, gpus, args.configs.split(","))
         except Exception as exc:
             log(f"cost: failed: {exc!r}")
     log(f"done in {time.monotonic() - t0:.0f} s")
