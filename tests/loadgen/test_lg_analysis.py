@@ -210,16 +210,20 @@ def test_littles_law(client, engine, lw, ok) -> None:
         assert dev > 0.15
 
 
-def test_adaptive_plan_doubles_then_bisects() -> None:
-    plan = AdaptivePlan(1, 1024, refine=2)
-    caps = 12  # an engine that runs 12 at most: throughput 100/stream up to it
+def _drive(plan: AdaptivePlan, cap: int = 12) -> tuple[list[int], list[StepResult]]:
+    """Run the plan against an engine that runs `cap` at most: 100 tok/s per stream up to it."""
     steps: list[StepResult] = []
     tried = []
     while (x := plan.next(steps)) is not None:
         tried.append(int(x))
-        run = min(x, caps)
-        steps.append(step(x, 100 * run, 1.0 * max(1.0, x / caps), waiting=max(0, x - caps), running=run,
-                          verdict="seq-cap" if x > caps else "starved"))  # fmt: skip
+        run = min(x, cap)
+        steps.append(step(x, 100 * run, 1.0 * max(1.0, x / cap), waiting=max(0, x - cap), running=run,
+                          verdict="seq-cap" if x > cap else "starved"))  # fmt: skip
+    return tried, steps
+
+
+def test_adaptive_plan_doubles_then_bisects() -> None:
+    tried, steps = _drive(AdaptivePlan(1, 1024, refine=2))
     # ... and one step at twice the knee shows the plateau past it.
     assert tried == [1, 2, 4, 8, 16, 12, 14, 24]
     sat = find_saturation(steps)
@@ -229,21 +233,12 @@ def test_adaptive_plan_doubles_then_bisects() -> None:
 def test_adaptive_plan_measures_past_a_knee_it_found_at_its_top_step() -> None:
     # Without refinement the knee is the first queueing step, 16, the last one doubled to:
     # one more step at 32 shows the plateau past it (flat tokens, longer latency).
-    plan = AdaptivePlan(1, 1024, refine=0)
-    caps = 12
-    steps: list[StepResult] = []
-    tried = []
-    while (x := plan.next(steps)) is not None:
-        tried.append(int(x))
-        run = min(x, caps)
-        steps.append(step(x, 100 * run, 1.0 * max(1.0, x / caps), waiting=max(0, x - caps), running=run,
-                          verdict="seq-cap" if x > caps else "starved"))  # fmt: skip
+    tried, steps = _drive(AdaptivePlan(1, 1024, refine=0))
     assert tried == [1, 2, 4, 8, 16, 32]
     sat = find_saturation(steps)
     assert sat.concurrency == 16 and sat.cause == "seq-cap"
     # ... but never past the ceiling the user set.
-    capped = AdaptivePlan(1, 16, refine=0)
-    assert capped.next(steps[:5]) is None
+    assert AdaptivePlan(1, 16, refine=0).next(steps[:5]) is None
 
 
 def test_adaptive_plan_stops_at_the_ceiling_and_on_errors() -> None:
