@@ -124,6 +124,8 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     if e.preemptions_per_s is not None and e.preemptions_per_s > th.preemptions_per_s_min:
         return None
     conf = 0.9 if not cap.inferred else 0.8
+    if e.waiting_capacity_mean:
+        conf += 0.05  # vLLM says the waiting wait for capacity
     missing: list[str] = []
     compute_sat = fig.compute_saturated(ctx.gpus, th)
     notes = []
@@ -142,8 +144,6 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     if cap.inferred and token_pinned:
         conf = min(conf, 0.45)
         notes.append("engine steps also fill the token budget: the plateau may come from it")
-    if e.waiting_capacity_mean:
-        conf += 0.05
     evidence = [
         ev("waiting_mean", e.waiting_mean, th.waiting_min, ">"),
         ev("waiting_share", fig.waiting_share(e), th.waiting_sustained, ">="),

@@ -89,6 +89,26 @@ CASES: list[tuple[str, dict[str, Any], Caps, str, str]] = [
         "engine:",
     ),
     (
+        # Requests waiting for capacity make a plateau look like a sequence cap, but every
+        # step fills the token budget: the budget is the cause, the plateau its shadow.
+        "token-cap-beats-its-plateau",
+        dict(
+            gpus=[MID_GPU],
+            engine=dict(
+                running=6,
+                waiting=4,
+                waiting_capacity=4,
+                steps_per_s=10,
+                tokens_per_step=2048,
+                prompt_tps=18000,
+                gen_tps=2000,
+            ),
+        ),  # fmt: skip
+        Caps(),
+        "token-cap",
+        "engine:",
+    ),
+    (
         "cpu-bound",
         dict(
             gpus=[gpu(0.3, 0.27, 0.2, 0.2)],
