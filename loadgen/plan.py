@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from loadgen.analysis import find_saturation, load_of
@@ -41,8 +42,6 @@ class AdaptivePlan:
         self.integer = integer
         self.gain_threshold = gain_threshold
         self.error_threshold = error_threshold
-        self._refined = 0
-        self._confirmed = False
 
     def next(self, steps: Sequence[StepResult]) -> float | None:
         if not steps:
@@ -68,7 +67,7 @@ class AdaptivePlan:
         else:
             knee = at
             above = [x for x in ordered if x > knee]
-        if not above or self._refined >= self.refine:
+        if not above or self._refinements(ordered) >= self.refine:
             return None
         mid = (knee + above[0]) / 2
         if self.integer:
@@ -77,12 +76,19 @@ class AdaptivePlan:
                 return None
         elif above[0] - knee < 0.02 * knee:
             return None
-        self._refined += 1
         return mid
+
+    def _refinements(self, loads: list[float]) -> int:
+        """Steps off the doubling ladder: what the plan has bisected so far.
+
+        Counted from the steps rather than kept, so a sweep continued with --resume
+        plans exactly as the one that was interrupted would have."""
+        off = 0
+        for x in loads:
+            k = math.log2(x / self.start) if x > 0 and self.start > 0 else 0.5
+            off += abs(k - round(k)) > 1e-9
+        return off
 
     def _confirm(self, at: float, ordered: list[float]) -> float | None:
         x = min(at * 2, self.maximum)
-        if self._confirmed or x <= ordered[-1]:
-            return None
-        self._confirmed = True
-        return x
+        return x if x > ordered[-1] else None

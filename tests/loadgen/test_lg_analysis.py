@@ -210,11 +210,16 @@ def test_littles_law(client, engine, lw, ok) -> None:
         assert dev > 0.15
 
 
-def _drive(plan: AdaptivePlan, cap: int = 12) -> tuple[list[int], list[StepResult]]:
-    """Run the plan against an engine that runs `cap` at most: 100 tok/s per stream up to it."""
+def _drive(plan: AdaptivePlan, cap: int = 12, resume_each_step: bool = False
+           ) -> tuple[list[int], list[StepResult]]:  # fmt: skip
+    """Run the plan against an engine that runs `cap` at most: 100 tok/s per stream up to it.
+
+    With `resume_each_step`, every step is planned by a new plan given only the steps so far,
+    as `--resume` does after an interrupt."""
     steps: list[StepResult] = []
     tried = []
-    while (x := plan.next(steps)) is not None:
+    fresh = lambda: AdaptivePlan(plan.start, plan.maximum, plan.refine)  # noqa: E731
+    while (x := (fresh() if resume_each_step else plan).next(steps)) is not None:
         tried.append(int(x))
         run = min(x, cap)
         steps.append(step(x, 100 * run, 1.0 * max(1.0, x / cap), waiting=max(0, x - cap), running=run,
@@ -228,6 +233,13 @@ def test_adaptive_plan_doubles_then_bisects() -> None:
     assert tried == [1, 2, 4, 8, 16, 12, 14, 24]
     sat = find_saturation(steps)
     assert sat.concurrency == 12 and sat.cause == "seq-cap" and sat.inferred_cap == 12
+
+
+def test_an_adaptive_sweep_resumed_at_any_step_plans_as_if_never_stopped() -> None:
+    for refine in (0, 2, 3):
+        straight, _ = _drive(AdaptivePlan(1, 1024, refine=refine))
+        resumed, _ = _drive(AdaptivePlan(1, 1024, refine=refine), resume_each_step=True)
+        assert resumed == straight, refine
 
 
 def test_adaptive_plan_measures_past_a_knee_it_found_at_its_top_step() -> None:
