@@ -27,6 +27,9 @@ LIGHT = dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0)
 SPARSE = dict(running=[0, 2, 2, 0, 2, 2], rps=0.2, e2e_s=8.0, queue_s=0.0)
 # Four slots full, eight waiting: 0.5 req/s of 8 s service, 16 s in the queue.
 CAPPED = dict(running=4, waiting=8, waiting_capacity=8, rps=0.5, e2e_s=24.0, queue_s=16.0)
+# Six running, four waiting, every engine step at 2,048 tokens, nine in ten of them prompt.
+TOKEN_PINNED = dict(running=6, waiting=4, steps_per_s=10, tokens_per_step=2048, prompt_tps=18000,
+                    gen_tps=2000)  # fmt: skip
 
 CASES: list[tuple[str, dict[str, Any], Caps, str, str]] = [
     ("idle-gpu-only", dict(gpus=[IDLE_GPU]), Caps(), "idle", "box"),
@@ -73,17 +76,7 @@ CASES: list[tuple[str, dict[str, Any], Caps, str, str]] = [
     ),
     (
         "token-cap-inferred",
-        dict(
-            gpus=[MID_GPU],
-            engine=dict(
-                running=6,
-                waiting=4,
-                steps_per_s=10,
-                tokens_per_step=2048,
-                prompt_tps=18000,
-                gen_tps=2000,
-            ),
-        ),  # fmt: skip
+        dict(gpus=[MID_GPU], engine=TOKEN_PINNED),
         Caps(),
         "token-cap",
         "engine:",
@@ -92,18 +85,7 @@ CASES: list[tuple[str, dict[str, Any], Caps, str, str]] = [
         # Requests waiting for capacity make a plateau look like a sequence cap, but every
         # step fills the token budget: the budget is the cause, the plateau its shadow.
         "token-cap-beats-its-plateau",
-        dict(
-            gpus=[MID_GPU],
-            engine=dict(
-                running=6,
-                waiting=4,
-                waiting_capacity=4,
-                steps_per_s=10,
-                tokens_per_step=2048,
-                prompt_tps=18000,
-                gen_tps=2000,
-            ),
-        ),  # fmt: skip
+        dict(gpus=[MID_GPU], engine={**TOKEN_PINNED, "waiting_capacity": 4}),
         Caps(),
         "token-cap",
         "engine:",
