@@ -86,13 +86,17 @@ def _latency(step: StepResult) -> float | None:
     return step.e2e_p50_s if step.e2e_p50_s is not None else step.ttft_p50_s
 
 
+def _typical_waiting(step: StepResult) -> float | None:
+    return step.waiting_p50 if step.waiting_p50 is not None else step.waiting_mean
+
+
 def queueing(step: StepResult) -> bool:
     """Requests wait through most of the hold, not only when a cohort is re-admitted.
 
     Streams of one length started together finish together and re-enter the queue
     together: one reading of that moment lifts the mean past the threshold, the median
     stays at zero. Steps written before the median was kept fall back to the mean."""
-    w = step.waiting_p50 if step.waiting_p50 is not None else step.waiting_mean
+    w = _typical_waiting(step)
     if w is None:
         return False
     return w >= QUEUE_MIN and w >= QUEUE_SHARE * (step.running_mean or 0.0)
@@ -230,8 +234,8 @@ def _knee(ordered: Sequence[StepResult], gain_threshold: float) -> Saturation | 
                 cause=cause,
                 inferred_cap=_inferred_cap(ordered[i:], cause),
                 reason=f"at load {load_of(b):g}: requests start to queue (waiting "
-                f"{b.waiting_p50 if b.waiting_p50 is not None else b.waiting_mean:.1f}) while "
-                f"throughput still grew +{100 * gain:.0f}% per doubling",
+                f"{_typical_waiting(b) or 0.0:.1f}) while throughput still grew "
+                f"+{100 * gain:.0f}% per doubling",
                 refine_from_step_index=a.index,
             )
         return _saturation_at(

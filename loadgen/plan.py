@@ -83,11 +83,9 @@ class AdaptivePlan:
 
         Counted from the steps rather than kept, so a sweep continued with --resume
         plans exactly as the one that was interrupted would have."""
-        off = 0
-        for x in loads:
-            k = math.log2(x / self.start) if x > 0 and self.start > 0 else 0.5
-            off += abs(k - round(k)) > 1e-9
-        return off
+        if self.start <= 0:
+            return 0
+        return sum(1 for x in loads if x <= 0 or not math.log2(x / self.start).is_integer())
 
     def _confirm(self, at: float, ordered: list[float]) -> float | None:
         x = min(at * 2, self.maximum)
