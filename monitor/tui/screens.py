@@ -95,28 +95,12 @@ class MainScreen(DataScreen):
             w.update_view(view)  # type: ignore[attr-defined]
 
     def _sync_gpus(self, view: View) -> None:
-        box = self.query_one("#gpus", Vertical)
-        have = {p.index: p for p in box.query(GpuPanel)}
         want = [g["index"] for g in view.gpus()]
-        for idx, panel in have.items():
-            if idx not in want:
-                panel.remove()
-        new = [GpuPanel(i) for i in want if i not in have]
-        if new:
-            box.mount_all(new)
+        _sync_panels(self.query_one("#gpus", Vertical), GpuPanel, want, GpuPanel)
 
     def _sync_engines(self, view: View) -> None:
-        box = self.query_one("#engines", Vertical)
-        have = {p.key: p for p in box.query(EnginePanel)}
         want = [fmt.engine_key(e) for e in view.engines()]
-        for key, panel in have.items():
-            if key not in want:
-                panel.remove()
-        new = [
-            EnginePanel(k, f"engine-{len(have) + i}") for i, k in enumerate(want) if k not in have
-        ]
-        if new:
-            box.mount_all(new)
+        _sync_panels(self.query_one("#engines", Vertical), EnginePanel, want, EnginePanel)
 
     def action_detail(self) -> None:
         focused = self.focused
@@ -140,6 +124,24 @@ class MainScreen(DataScreen):
             self.app.push_screen(EngineDetailScreen(fmt.engine_key(engines[0])))
         else:
             self.notify("No engine to show", severity="warning")
+
+
+def _sync_panels(box: Widget, kind: type, want: list[Any], make: Any) -> None:
+    """Mount a panel for each wanted key and remove the rest.
+
+    Panels carry no DOM id: a removal completes only after this tick, so an id
+    derived from a count or even from the key could be taken again by a panel
+    mounted before the old one is gone (DuplicateIds when a scenario comes back).
+    Panels already on their way out do not count as present.
+    """
+    have = {p.key: p for p in box.query(kind) if not p.leaving}
+    for key, panel in have.items():
+        if key not in want:
+            panel.leaving = True
+            panel.remove()
+    new = [make(k) for k in want if k not in have]
+    if new:
+        box.mount_all(new)
 
 
 class DetailBody(Widget):

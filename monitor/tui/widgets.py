@@ -69,6 +69,7 @@ class Panel(Widget, can_focus=True):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.view = View()
+        self.leaving = False  # removal asked for, not yet done
 
     def update_view(self, view: View) -> None:
         self.view = view
@@ -164,8 +165,9 @@ class GpuPanel(Panel):
     """One GPU: duty cycle right above SM active, so the gap between them shows at a glance."""
 
     def __init__(self, index: int) -> None:
-        super().__init__(id=f"gpu-{index}", classes="gpu")
+        super().__init__(classes="gpu")
         self.index = index
+        self.key = index
 
     def draw(self, width: int) -> Text:
         text = Text()
@@ -215,8 +217,8 @@ def gpu_facts(g: Report) -> str:
 class EnginePanel(Panel):
     """One engine: slots in use against the cap, the queue by reason, KV, throughput and latency."""
 
-    def __init__(self, key: str, dom_id: str) -> None:
-        super().__init__(id=dom_id, classes="engine")
+    def __init__(self, key: str) -> None:
+        super().__init__(classes="engine")
         self.key = key
 
     def draw(self, width: int) -> Text:
