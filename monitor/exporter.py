@@ -76,11 +76,15 @@ ENGINE_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("headroom_engine_request_queue_time_mean_seconds", "queue_mean_s", "Mean time a request waited."),
 )  # fmt: skip
 
-# (metric name, {quantile: EngineWindow field}, help)
-ENGINE_QUANTILES: tuple[tuple[str, Mapping[str, str], str], ...] = (
-    ("headroom_engine_time_to_first_token_seconds", {"0.5": "ttft_p50_s", "0.95": "ttft_p95_s"}, "Time to first token over the window."),
-    ("headroom_engine_inter_token_latency_seconds", {"0.5": "itl_p50_s", "0.95": "itl_p95_s"}, "Inter-token latency over the window."),
-    ("headroom_engine_e2e_request_latency_seconds", {"0.5": "e2e_p50_s", "0.95": "e2e_p95_s"}, "End-to-end latency over the window."),
+# Window quantiles as plain gauges, one per quantile: a gauge with a `quantile` label would
+# pose as a summary (`promtool check metrics` rejects it), and these are not one.
+ENGINE_QUANTILES: tuple[tuple[str, str, str], ...] = (
+    ("headroom_engine_time_to_first_token_p50_seconds", "ttft_p50_s", "Median time to first token over the window."),
+    ("headroom_engine_time_to_first_token_p95_seconds", "ttft_p95_s", "95th percentile time to first token over the window."),
+    ("headroom_engine_inter_token_latency_p50_seconds", "itl_p50_s", "Median inter-token latency over the window."),
+    ("headroom_engine_inter_token_latency_p95_seconds", "itl_p95_s", "95th percentile inter-token latency over the window."),
+    ("headroom_engine_e2e_request_latency_p50_seconds", "e2e_p50_s", "Median end-to-end latency over the window."),
+    ("headroom_engine_e2e_request_latency_p95_seconds", "e2e_p95_s", "95th percentile end-to-end latency over the window."),
 )  # fmt: skip
 
 # The diagnosis's per-engine figures (``monitor.diagnosis.figures.engine_analysis`` keys, a
@@ -88,10 +92,11 @@ ENGINE_QUANTILES: tuple[tuple[str, Mapping[str, str], str], ...] = (
 ANALYSIS_GAUGES: tuple[tuple[tuple[str, ...], str, float, str], ...] = (
     (("littles_in_flight",), "headroom_engine_in_flight_requests", 1.0, "Requests in flight at the engine: mean R + Q."),
     (("littles_predicted_in_flight",), "headroom_engine_in_flight_predicted_requests", 1.0, "Little's law in-flight: arrival rate x mean latency."),
-    (("littles_throughput_rps",), "headroom_engine_arrival_rate_requests_per_second", 1.0, "Arrivals: completions plus in-flight growth."),
+    (("littles_throughput_rps",), "headroom_engine_arrival_rate_requests_per_second", 1.0, "The request rate Little's law and the fill rate use: the engine's completions per second."),
     (("littles_ok",), "headroom_engine_littles_law_consistent", 1.0, "1 when measured and predicted in-flight agree."),
     (("slot_latency_s",), "headroom_engine_slot_latency_seconds", 1.0, "How long a request holds a sequence slot."),
-    (("fill_rate_rps",), "headroom_engine_fill_rate_requests_per_second", 1.0, "Arrival rate that would fill the sequence cap (C / W)."),
+    (("fill_rate_rps",), "headroom_engine_fill_rate_requests_per_second", 1.0, "Request rate that would fill the sequence cap (C / slot time)."),
+    (("fill_share",), "headroom_engine_fill_share_ratio", 1.0, "Request rate now over the rate that would fill the sequence cap."),
     (("waiting_share",), "headroom_engine_waiting_share_ratio", 1.0, "Share of samples with requests waiting."),
     (("queue_sustained",), "headroom_engine_queue_sustained", 1.0, "1 when requests waited through the window."),
     (("token_pinned_share",), "headroom_engine_token_budget_pinned_ratio", 1.0, "Share of steps at the token budget."),
@@ -208,9 +213,7 @@ class EngineCollector(_ViewCollector):
             return
         diagnosis = self._view.diagnosis()
         analyses: Mapping[str, Mapping[str, Any]] = getattr(diagnosis, "analyses", None) or {}
-        families = _families(ENGINE_GAUGES, ENGINE_LABELS)
-        for name, _, doc in ENGINE_QUANTILES:
-            families[name] = GaugeMetricFamily(name, doc, labels=(*ENGINE_LABELS, "quantile"))
+        families = _families(ENGINE_GAUGES + ENGINE_QUANTILES, ENGINE_LABELS)
         for _, name, _, doc in ANALYSIS_GAUGES:
             families[name] = GaugeMetricFamily(name, doc, labels=ENGINE_LABELS)
         for _, _, _, name, doc in CAP_GAUGES:
@@ -222,12 +225,7 @@ class EngineCollector(_ViewCollector):
         )
         for e in window.engines:
             labels = [e.url, e.model_name, e.engine]
-            _fill(families, ENGINE_GAUGES, e, labels)
-            for name, quantiles, _ in ENGINE_QUANTILES:
-                for q, attr in quantiles.items():
-                    value = _num(getattr(e, attr))
-                    if value is not None:
-                        families[name].add_metric([*labels, q], value)
+            _fill(families, ENGINE_GAUGES + ENGINE_QUANTILES, e, labels)
             analysis = analyses.get(engine_scope(e), {})
             for path, name, scale, _ in ANALYSIS_GAUGES:
                 value = _num(_path(analysis, path))
@@ -237,7 +235,7 @@ class EngineCollector(_ViewCollector):
                 value = _num(analysis.get(key))
                 if value is None:
                     continue
-                origin = "given"
+                origin = analysis.get(f"{key}_origin") or "given"
                 if assumed is not None and analysis.get(assumed):
                     origin = "assumed"
                 elif analysis.get(inferred):
@@ -270,7 +268,8 @@ class HostCollector(_ViewCollector):
             )
             fam.add_metric([host.busiest_thread.name], host.busiest_thread.cpu_ratio)
             yield fam
-        yield _one("headroom_host_cpu_count", "CPUs on the host.", float(host.cpu_count))
+        # Not *_count: that suffix belongs to histograms and summaries.
+        yield _one("headroom_host_cpus", "CPUs on the host.", float(host.cpu_count))
 
 
 class DiagnosisCollector(_ViewCollector):

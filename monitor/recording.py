@@ -108,7 +108,7 @@ def _hist_from_dict(d: Mapping[str, Any]) -> Histogram:
     )
 
 
-_ENGINE_TEXT = ("url", "model_name", "engine", "flavour")
+_ENGINE_TEXT = ("url", "model_name", "engine", "flavour", "reported_caps_origin")
 
 
 def _engine_to_dict(e: EngineSample) -> dict[str, Any]:

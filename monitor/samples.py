@@ -96,6 +96,11 @@ class EngineSample:
     cache_config: tuple[tuple[str, str], ...] = ()
     # Which server family answered ("vllm", ...): selects the name table.
     flavour: str = "vllm"
+    # The engine's caps as the engine itself reported them (monitor.sources.engine_config),
+    # and how they were asked: "server_info", "cmdline", or "" when it could not be asked.
+    reported_max_num_seqs: float | None = None
+    reported_max_num_batched_tokens: float | None = None
+    reported_caps_origin: str = ""
 
     def histogram(self, name: str) -> Histogram | None:
         for key, hist in self.histograms:

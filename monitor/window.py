@@ -227,6 +227,10 @@ class EngineWindow:
     # Histogram deltas over the window, by canonical name.
     histograms: tuple[tuple[str, Histogram], ...]
     cache_config: tuple[tuple[str, str], ...]
+    # The caps the engine reported itself, as of the newest sample (None: not asked or not told).
+    reported_max_num_seqs: int | None = None
+    reported_max_num_batched_tokens: int | None = None
+    reported_caps_origin: str = ""
 
     def histogram(self, name: str) -> Histogram | None:
         for key, hist in self.histograms:
@@ -299,7 +303,14 @@ def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> En
         waiting_series=tuple(v for v in waiting if v is not None),
         histograms=tuple(sorted(deltas.items())),
         cache_config=last.cache_config,
+        reported_max_num_seqs=_int_or_none(last.reported_max_num_seqs),
+        reported_max_num_batched_tokens=_int_or_none(last.reported_max_num_batched_tokens),
+        reported_caps_origin=last.reported_caps_origin,
     )
+
+
+def _int_or_none(v: float | None) -> int | None:
+    return None if v is None else int(v)
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,6 +142,7 @@ class SimServer:
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/gpu/metrics", self.gpu_metrics)
+        app.router.add_get("/server_info", self.server_info)
         app.router.add_get("/sim/scenario", self.get_scenario)
         app.router.add_post("/sim/scenario", self.set_scenario)
         app.on_startup.append(self._on_startup)
@@ -199,6 +200,26 @@ class SimServer:
             act = box.gpu_activity(self.engine.clock())
             text = render_dcgm(box.cfg.engine, box.core.num_blocks, act)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """What vLLM's dev-mode /server_info gives: its config, the caps among it."""
+        e = self.engine.cfg.engine
+        config = {
+            "model_config": {"model": e.model_name, "max_model_len": e.max_model_len},
+            "scheduler_config": {
+                "max_num_seqs": e.max_num_seqs,
+                "max_num_batched_tokens": e.max_num_batched_tokens,
+                "enable_chunked_prefill": e.chunked_prefill,
+            },
+            "cache_config": {
+                "block_size": e.block_size,
+                "num_gpu_blocks": self.engine.box.core.num_blocks,
+            },
+        }
+        as_json = request.query.get("config_format") == "json"
+        return web.json_response(
+            {"vllm_config": config if as_json else json.dumps(config), "vllm_env": {}}
+        )
 
     async def get_scenario(self, request: web.Request) -> web.Response:
         cfg = self.engine.cfg
@@ -356,6 +377,23 @@ class SimServer:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
+        try:
+            await self._stream_body(resp, req, stream, rid, chat, include_usage)
+        except ConnectionResetError:
+            # The client went away mid-stream (a sweep's step ends, a timeout): normal for a
+            # server, so one line at debug rather than aiohttp's traceback for each stream.
+            log.debug("client closed %s before it finished", rid)
+        return resp
+
+    async def _stream_body(
+        self,
+        resp: web.StreamResponse,
+        req: Request,
+        stream: TokenStream,
+        rid: str,
+        chat: bool,
+        include_usage: bool,
+    ) -> None:
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{json.dumps(self.model_name)},"choices":[{{"index":0,'
@@ -403,7 +441,6 @@ class SimServer:
             if finish is not None:
                 break
         await resp.write_eof()
-        return resp
 
 
 async def start_server(

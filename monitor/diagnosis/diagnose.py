@@ -188,10 +188,15 @@ NO_CAPS = Caps()
 
 
 def diagnose(
-    window: WindowStats, thresholds: Thresholds = DEFAULT_THRESHOLDS, caps: Caps = NO_CAPS
+    window: WindowStats,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    caps: Caps = NO_CAPS,
+    seen_caps: Mapping[str, fig.SeenCap] | None = None,
 ) -> Diagnosis:
-    """Every verdict that holds in this window, most important first. Pure: no I/O, no state."""
-    ctx = Context(window, thresholds, caps)
+    """Every verdict that holds in this window, most important first. Pure: no I/O, no state
+    (caps inferred in earlier windows come in as ``seen_caps``)."""
+    seen = dict(seen_caps or {})
+    ctx = Context(window, thresholds, caps, seen)
     verdicts: list[Verdict] = []
     idle = box_idle(ctx)
     if idle is not None:
@@ -221,7 +226,9 @@ def diagnose(
     if not verdicts:
         verdicts.append(_fallback(ctx))
     analyses: dict[str, Mapping[str, Any]] = {
-        engine_scope(e): fig.engine_analysis(e, window.gpus, window.host, caps, thresholds)
+        engine_scope(e): fig.engine_analysis(
+            e, window.gpus, window.host, caps, thresholds, seen.get(engine_scope(e))
+        )
         for e in window.engines
     }
     analyses["box"] = _box_analysis(ctx)

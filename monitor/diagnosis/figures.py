@@ -6,6 +6,7 @@ from what was read, never a guess dressed as a measurement.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,14 +109,29 @@ def queue_sustained(e: EngineWindow, th: Thresholds) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SeqCap:
-    value: int | None
-    inferred: bool  # from the plateau of running while requests wait
-    assumed: bool  # neither given nor inferable: Thresholds.assumed_max_num_seqs
+    value: int | None  # None: unknown (not given, not reported, never inferred)
+    inferred: bool  # from the plateau of running while requests wait, in this window
+    assumed: bool  # kept for the JSON's sake: headroom no longer assumes a default cap
     at_cap_share: float | None  # share of queued samples with running at the cap
     queued_samples: int
+    # Where the value came from: "given" (--max-num-seqs), "reported" (the engine said so),
+    # "inferred" (this window's plateau), "remembered" (an earlier window's plateau), or None.
+    origin: str | None = None
+    # Wall time of the last window that inferred a remembered cap.
+    seen_at: float | None = None
+    # How a reported cap was asked ("server_info", "cmdline").
+    reported_by: str | None = None
 
 
-def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds) -> SeqCap:
+@dataclass(frozen=True, slots=True)
+class SeenCap:
+    """A cap inferred in an earlier window: kept, since a plateau shows only under load."""
+
+    value: int
+    wall: float
+
+
+def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds, seen: SeenCap | None = None) -> SeqCap:
     queued = [r for r, w in _aligned(e) if w > 0]
 
     def share_at(cap: float) -> float | None:
@@ -131,14 +147,22 @@ def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds) -> SeqCap:
         floor = cap - max(1.0, cap * th.plateau_tolerance)
         return sum(1 for r in queued if r >= floor) / len(queued)
 
+    n = len(queued)
     if caps.max_num_seqs is not None:
-        return SeqCap(caps.max_num_seqs, False, False, share_at(caps.max_num_seqs), len(queued))
-    if len(queued) >= th.plateau_min_samples and max(queued) >= 1:
+        return SeqCap(caps.max_num_seqs, False, False, share_at(caps.max_num_seqs), n, "given")
+    if e.reported_max_num_seqs is not None:
+        cap = e.reported_max_num_seqs
+        return SeqCap(
+            cap, False, False, share_at(cap), n, "reported", reported_by=e.reported_caps_origin
+        )
+    if n >= th.plateau_min_samples and max(queued) >= 1:
         top = max(queued)
         share = share_at(top)
         if share is not None and share >= th.plateau_share:
-            return SeqCap(int(round(top)), True, False, share, len(queued))
-    return SeqCap(th.assumed_max_num_seqs, False, True, None, len(queued))
+            return SeqCap(int(round(top)), True, False, share, n, "inferred")
+    if seen is not None:
+        return SeqCap(seen.value, False, False, share_at(seen.value), n, "remembered", seen.wall)
+    return SeqCap(None, False, False, None, n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +197,8 @@ def token_budget(e: EngineWindow, caps: Caps, th: Thresholds) -> TokenBudget:
     buckets = _bucket_counts(e)
     total = sum(c for _, _, c in buckets)
     pshare = prefill_share(e)
+    if caps.max_num_batched_tokens is None and e.reported_max_num_batched_tokens is not None:
+        caps = dataclasses.replace(caps, max_num_batched_tokens=e.reported_max_num_batched_tokens)
     if caps.max_num_batched_tokens is not None:
         pinned = None
         if total > 0:
@@ -195,7 +221,7 @@ def token_budget(e: EngineWindow, caps: Caps, th: Thresholds) -> TokenBudget:
 @dataclass(frozen=True, slots=True)
 class Littles:
     in_flight: float | None  # mean running + waiting
-    throughput_rps: float | None  # arrivals: completions plus in-flight growth
+    throughput_rps: float | None  # the engine's completion rate (requests_per_s)
     latency_s: float | None  # mean end-to-end latency from the histogram delta
     predicted_in_flight: float | None  # throughput x latency
     ok: bool | None  # measured and predicted agree within littles_tolerance
@@ -206,16 +232,12 @@ class Littles:
 
 
 def littles(e: EngineWindow, th: Thresholds) -> Littles:
+    """L = X x W over the window, with X the engine's completion rate: the one request rate
+    every face shows (engine panel, capacity line, fixes), so no two figures disagree."""
     in_flight = e.in_flight_mean
-    arrival = None
-    if e.requests_per_s is not None:
-        growth = 0.0
-        pairs = _aligned(e)
-        if len(pairs) >= 2 and e.elapsed_s > 0:
-            growth = (sum(pairs[-1]) - sum(pairs[0])) / e.elapsed_s
-        arrival = max(0.0, e.requests_per_s + growth)
+    rate = e.requests_per_s
     latency = e.e2e_mean_s
-    predicted = arrival * latency if arrival is not None and latency is not None else None
+    predicted = rate * latency if rate is not None and latency is not None else None
     hist = e.histogram(E2E)
     completions = hist.count if hist is not None else None
     ok, unjudged = None, None
@@ -230,24 +252,29 @@ def littles(e: EngineWindow, th: Thresholds) -> Littles:
         else:
             # Agreement is within the tolerance. Disagreement must pass it plus what the
             # window's own estimates can be off by: ~1/sqrt(n) for the rate and the mean
-            # latency of n completions, and up to W/T for requests crossing its edges.
+            # latency of n completions, up to W/T for requests crossing its edges, and the
+            # change of in-flight across the window (completions lag arrivals in a ramp).
             scale = max(in_flight, predicted)
             off = abs(predicted - in_flight) / scale if scale else 0.0
-            slack = 1.0 / math.sqrt(completions) + (latency or 0.0) / e.elapsed_s
+            pairs = _aligned(e)
+            drift = abs(sum(pairs[-1]) - sum(pairs[0])) / scale if len(pairs) >= 2 and scale else 0
+            slack = 1.0 / math.sqrt(completions) + (latency or 0.0) / e.elapsed_s + drift
             if off <= th.littles_tolerance:
                 ok = True
             elif off > th.littles_tolerance + slack:
                 ok = False
             else:
                 unjudged = "inconclusive"
+    # How long a request holds a sequence slot: Little's law on the running stage, so that
+    # the rate filling the cap (cap / slot) is consistent with running / cap by construction.
     slot = None
-    if latency is not None:
+    if e.running_mean and rate:
+        slot = e.running_mean / rate
+    elif latency is not None:
         slot = latency - (e.queue_mean_s or 0.0)
-    if (slot is None or slot <= 0) and e.running_mean and e.requests_per_s:
-        slot = e.running_mean / e.requests_per_s  # Little's law on the running stage alone
     if slot is not None and slot <= 0:
         slot = None
-    return Littles(in_flight, arrival, latency, predicted, ok, slot, completions, unjudged)
+    return Littles(in_flight, rate, latency, predicted, ok, slot, completions, unjudged)
 
 
 def steps_per_s(e: EngineWindow) -> float | None:
@@ -331,10 +358,11 @@ def engine_analysis(
     host: HostWindow | None,
     caps: Caps,
     th: Thresholds,
+    seen: SeenCap | None = None,
 ) -> dict[str, Any]:
     """The per-engine figures the report, exporter and TUI show (names are an interface)."""
     lit = littles(e, th)
-    cap = seq_cap(e, caps, th)
+    cap = seq_cap(e, caps, th, seen)
     budget = token_budget(e, caps, th)
     busy = busy_fraction(gpus)
     steps = steps_per_s(e)
@@ -356,7 +384,15 @@ def engine_analysis(
         "seq_cap": cap.value,
         "seq_cap_inferred": cap.inferred,
         "seq_cap_assumed": cap.assumed,
+        "seq_cap_origin": cap.origin,
+        "seq_cap_seen_at": cap.seen_at,
+        "seq_cap_reported_by": cap.reported_by,
         "fill_rate_rps": _r(fill),
+        # The rate fill_rate_rps is measured against: the engine's requests_per_s.
+        "requests_per_s": _r(lit.throughput_rps),
+        "fill_share": _r(
+            lit.throughput_rps / fill if fill and lit.throughput_rps is not None else None
+        ),
         "queue_sustained": queue_sustained(e, th),
         "waiting_share": _r(waiting_share(e)),
         "token_budget": budget.value,

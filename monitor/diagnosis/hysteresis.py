@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from monitor.diagnosis.diagnose import Diagnosis, diagnose, order
+from monitor.diagnosis.figures import SeenCap
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
 from monitor.window import WindowStats
@@ -38,13 +39,20 @@ class Diagnoser:
         self.thresholds = thresholds if thresholds is not None else Thresholds()
         self.caps = caps if caps is not None else Caps()
         self._tracks: dict[tuple[str, str], _Track] = {}
+        # Sequence caps inferred from a plateau, by engine scope: a plateau shows only while
+        # requests queue, and the cap is still the cap once the load eases.
+        self._seen_caps: dict[str, SeenCap] = {}
 
     def reset(self) -> None:
         self._tracks.clear()
+        self._seen_caps.clear()
 
     def update(self, window: WindowStats) -> Diagnosis:
         th = self.thresholds
-        raw = diagnose(window, th, self.caps)
+        raw = diagnose(window, th, self.caps, self._seen_caps)
+        for scope, a in raw.analyses.items():
+            if a.get("seq_cap_origin") == "inferred" and a.get("seq_cap") is not None:
+                self._seen_caps[scope] = SeenCap(int(a["seq_cap"]), window.wall_end)
         now = {(v.cause, v.scope): v for v in raw.verdicts}
         for key, v in now.items():
             track = self._tracks.get(key)

@@ -7,13 +7,14 @@ order verdicts; they are not calibrated probabilities.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Cause, Evidence, Verdict
-from monitor.window import GpuWindow, WindowStats
+from monitor.report import engine_scope
+from monitor.window import EngineWindow, GpuWindow, WindowStats
 
 BOX = "box"
 
@@ -44,6 +45,11 @@ class Context:
     window: WindowStats
     th: Thresholds
     caps: Caps
+    # Caps inferred in earlier windows, by engine scope (the Diagnoser remembers them).
+    seen_caps: Mapping[str, fig.SeenCap] = field(default_factory=dict)
+
+    def seq_cap(self, e: EngineWindow) -> fig.SeqCap:
+        return fig.seq_cap(e, self.caps, self.th, self.seen_caps.get(engine_scope(e)))
 
     @property
     def gpus(self) -> tuple[GpuWindow, ...]:

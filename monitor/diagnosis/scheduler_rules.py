@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.idle_rules import engine_idle
 from monitor.diagnosis.rule_kit import Context, ev, make_verdict, num, pct
@@ -10,19 +12,34 @@ from monitor.report import engine_scope
 from monitor.window import EngineWindow
 
 
+def cap_words(cap: fig.SeqCap) -> str:
+    """Where a sequence cap came from, in words for a summary."""
+    if cap.origin == "given":
+        return "given with --max-num-seqs"
+    if cap.origin == "reported":
+        how = {"server_info": "its /server_info", "cmdline": "its command line"}
+        return f"reported by the engine ({how.get(cap.reported_by or '', 'asked')})"
+    if cap.origin == "remembered" and cap.seen_at is not None:
+        return f"inferred from a plateau last seen at {time.strftime('%H:%M:%S', time.localtime(cap.seen_at))}"
+    return "inferred from the plateau of running while requests wait"
+
+
 def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
     th = ctx.th
     if engine_idle(e, th) or e.running_mean is None or fig.queue_sustained(e, th):
         return None
-    cap = fig.seq_cap(e, ctx.caps, th)
-    assert cap.value is not None  # seq_cap always yields a number (given, inferred or assumed)
-    limit = th.starved_running_share * cap.value
-    if e.running_mean > limit:
+    cap = ctx.seq_cap(e)
+    limit = th.starved_running_share * cap.value if cap.value is not None else None
+    if limit is not None and e.running_mean > limit:
         return None
     activity = fig.gpu_activity(ctx.gpus)
     compute_sat = fig.compute_saturated(ctx.gpus, th)
     if compute_sat:
         return None  # tensor cores already busy: more load would only add latency
+    if cap.value is None and compute_sat is not False:
+        # No cap to be below, and no GPU reading that shows room (tensor cores not
+        # saturated): nothing says more load would fit.
+        return None
     missing: list[str] = []
     conf = 0.85
     if activity is None:
@@ -30,22 +47,30 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
         conf -= 0.15
     elif compute_sat is None and fig.gpus_saturated(ctx.gpus, th):
         conf -= 0.1  # busy, and no tensor metric to say whether it is compute or memory
-    if cap.assumed:
+    if cap.value is None:
         conf -= 0.1
     lit = fig.littles(e, th)
-    fill = cap.value / lit.slot_latency_s if lit.slot_latency_s else None
-    evidence = [
-        ev("waiting_mean", e.waiting_mean, th.waiting_min, "<="),
-        ev("running_mean", e.running_mean, limit, "<="),
-        ev("seq_cap", cap.value),
-    ]
+    fill = cap.value / lit.slot_latency_s if cap.value and lit.slot_latency_s else None
+    share = fig.waiting_share(e)
+    queue_words = "nothing waits"
+    if e.waiting_mean is not None and e.waiting_mean > th.waiting_min:
+        # The queue is not sustained because it comes and goes: say so, not "nothing waits".
+        evidence = [ev("waiting_share", share, th.waiting_sustained, "<", "ratio")]
+        queue_words = f"requests wait only now and then ({pct(share or 0)} of readings)"
+    else:
+        evidence = [ev("waiting_mean", e.waiting_mean, th.waiting_min, "<=")]
+    if limit is not None:
+        evidence.append(ev("running_mean", e.running_mean, limit, "<="))
+    else:
+        evidence.append(ev("running_mean", e.running_mean))
+    evidence.append(ev("seq_cap", cap.value))
     if activity is not None:
         tensor = fig.tensor_active_mean(ctx.gpus)
         evidence.append(ev("gpu_activity", activity, unit="ratio"))
         evidence.append(ev("tensor_active", tensor, th.tensor_high, "<", "ratio"))
     evidence += [
         ev("littles_in_flight", lit.in_flight),
-        ev("littles_throughput_rps", lit.throughput_rps, unit="req/s"),
+        ev("requests_per_s", lit.throughput_rps, unit="req/s"),
         ev("slot_latency_s", lit.slot_latency_s, unit="s"),
         ev("fill_rate_rps", fill, unit="req/s"),
     ]
@@ -55,11 +80,14 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
     if lit.in_flight is not None:
         now.append(f"{num(lit.in_flight)} in flight")
     if lit.slot_latency_s is not None:
-        now.append(f"requests last {num(lit.slot_latency_s)} s")
-    if cap.assumed:
-        now.append(f"cap assumed: vLLM's usual default of {cap.value}; give max_num_seqs")
+        now.append(f"each holds a slot {num(lit.slot_latency_s)} s")
     now_text = f" ({', '.join(now)})" if now else ""
-    if fill is not None:
+    if cap.value is None:
+        fix = (
+            f"send more load until requests start to queue{now_text}; cap unknown: pass "
+            "--max-num-seqs for the rate that fills it; check any gateway's concurrency limit"
+        )
+    elif fill is not None:
         fix = (
             f"send about {num(fill)} req/s to fill {cap.value} slots{now_text}; "
             "check any gateway's concurrency limit"
@@ -69,11 +97,17 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
             f"send more load: about {cap.value} requests in flight would fill the slots"
             f"{now_text}; check any gateway's concurrency limit"
         )
-    gpu_text = "" if activity is None else f", GPU {pct(activity)} active"
-    summary = (
-        f"Starved: {num(e.running_mean)} of {cap.value} slots busy and nothing waits{gpu_text}"
-        f"{' (no GPU data)' if activity is None else ''}."
+    if activity is None:
+        gpu_text = " (no GPU data)"
+    else:
+        what = "SMs" if fig.sm_active_mean(ctx.gpus) is not None else "GPU"
+        gpu_text = f", {what} {pct(activity)} active"
+    slots = (
+        f"{num(e.running_mean)} of {cap.value} slots busy"
+        if cap.value
+        else (f"{num(e.running_mean)} running (cap unknown)")
     )
+    summary = f"Starved: {slots} and {queue_words}{gpu_text}."
     return make_verdict("starved", conf, engine_scope(e), evidence, fix, summary, missing)
 
 
@@ -113,8 +147,8 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     th = ctx.th
     if not fig.queue_sustained(e, th):
         return None
-    cap = fig.seq_cap(e, ctx.caps, th)
-    if cap.assumed or cap.value is None or cap.at_cap_share is None:
+    cap = ctx.seq_cap(e)
+    if cap.value is None or cap.at_cap_share is None:
         return None
     if cap.at_cap_share < th.plateau_share:
         return None
@@ -123,7 +157,8 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
         return None
     if e.preemptions_per_s is not None and e.preemptions_per_s > th.preemptions_per_s_min:
         return None
-    conf = 0.9 if not cap.inferred else 0.8
+    guessed = cap.origin in ("inferred", "remembered")
+    conf = 0.9 if not guessed else 0.8
     if e.waiting_capacity_mean:
         conf += 0.05  # vLLM says the waiting wait for capacity
     missing: list[str] = []
@@ -141,7 +176,7 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
         notes.append(
             "but the GPU's tensor cores are saturated too: a higher cap mostly adds latency"
         )
-    if cap.inferred and token_pinned:
+    if guessed and token_pinned:
         conf = min(conf, 0.45)
         notes.append("engine steps also fill the token budget: the plateau may come from it")
     evidence = [
@@ -154,7 +189,7 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     if e.waiting_capacity_mean is not None:
         evidence.append(ev("waiting_capacity_mean", e.waiting_capacity_mean))
     evidence += ctx.gpu_evidence() if ctx.has_gpu else []
-    how = "inferred from the plateau of running while requests wait" if cap.inferred else "given"
+    how = cap_words(cap)
     waiting = num(e.waiting_mean or 0)
     kv_text = f"; KV cache {pct(kv)} used" if kv is not None else ""
     fix = (

@@ -8,6 +8,7 @@ means what lives in ``monitor.sources.metric_names``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -17,6 +18,7 @@ from monitor.errors import ConfigError, EndpointError
 from monitor.samples import EngineSample, Histogram, SourceError
 from monitor.sources import metric_names as mn
 from monitor.sources.base import Reading
+from monitor.sources.engine_config import EngineConfigProbe, ReportedCaps
 from monitor.sources.promtext import (
     Exposition,
     Sample,
@@ -247,6 +249,9 @@ class VllmSource:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._scraper = Scraper(self.url, self.timeout)
+        self.config = EngineConfigProbe(
+            self.url.rsplit("/metrics", 1)[0], timeout=min(1.0, timeout)
+        )
         self.notes: tuple[str, ...] = ()
 
     @property
@@ -275,7 +280,19 @@ class VllmSource:
                     f"{display_url(self.url)}: skipped {skipped} malformed line(s)",
                 ),
             )
+        caps = self.config.caps()
+        if caps is not None:
+            engines = tuple(_with_caps(e, caps) for e in engines)
         return Reading(engines=engines, errors=errors)
 
     def close(self) -> None:
         self._scraper.close()
+
+
+def _with_caps(e: EngineSample, caps: ReportedCaps) -> EngineSample:
+    return dataclasses.replace(
+        e,
+        reported_max_num_seqs=caps.max_num_seqs,
+        reported_max_num_batched_tokens=caps.max_num_batched_tokens,
+        reported_caps_origin=caps.origin,
+    )

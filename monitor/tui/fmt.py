@@ -44,6 +44,14 @@ def cause_headline(cause: str) -> str:
     return CAUSE_WORDS.get(cause, (cause, cause))[0]
 
 
+def summary_after_headline(cause: str, summary: str) -> str:
+    """The summary without a lead-in the headline above it already says ("Starved: ...")."""
+    lead, sep, rest = summary.partition(": ")
+    if sep and cause_headline(cause).lower().startswith(lead.lower()):
+        return rest[:1].upper() + rest[1:]
+    return summary
+
+
 def cause_label(cause: str) -> str:
     return CAUSE_WORDS.get(cause, (cause, cause))[1]
 

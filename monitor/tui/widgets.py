@@ -134,7 +134,7 @@ class DiagnosisPanel(Panel):
         text.append("\n")
         text.append(fmt.cause_headline(top["cause"]) + "\n", style="bold")
         if top.get("summary"):
-            text.append(f"{top['summary']}\n")
+            text.append(fmt.summary_after_headline(top["cause"], top["summary"]) + "\n")
         # The numbers held against a threshold decided it; the rest is context (detail screens).
         deciding = [e for e in top.get("evidence", ()) if e.get("op")] or list(
             top.get("evidence", ())
@@ -257,7 +257,7 @@ class EnginePanel(Panel):
         )
         kv = e.get("kv_cache_usage")
         meter(text, "KV", kv, width, s(self.key, "kv_cache_usage"), style=_kv_style(kv))
-        cap_note = "unknown" if not cap else f"{cap:.0f}" + _cap_how(a)
+        cap_note = "unknown (--max-num-seqs)" if not cap else f"{cap:.0f}" + _cap_how(a)
         text.append(
             f"seq cap {cap_note} · queue: capacity {fmt.num(e.get('waiting_capacity'), '.0f')}, "
             f"deferred {fmt.num(e.get('waiting_deferred'), '.0f')} · "
@@ -280,8 +280,13 @@ def _small_pct(v: float | None) -> str:
 
 
 def _cap_how(a: Report) -> str:
-    if a.get("seq_cap_assumed"):
-        return " assumed"
+    origin = a.get("seq_cap_origin")
+    if origin == "remembered" and a.get("seq_cap_seen_at"):
+        return f" inferred at {fmt.clock(a['seq_cap_seen_at'])}"
+    if origin == "reported":
+        return " reported"
+    if origin == "given":
+        return " given"
     return " inferred" if a.get("seq_cap_inferred") else ""
 
 
@@ -329,11 +334,11 @@ def littles_lines(e: Report, width: int) -> Text:
     text.append("capacity ", style="bold")
     if cap:
         text.append(f"{cap:.0f} slots{_cap_how(a)}: {fmt.num(fill, '.3g')} req/s would fill them")
-        rps = e.get("requests_per_s")
-        if fill and rps is not None:
-            text.append(f" (now {rps:.3g} req/s, {fmt.pct(rps / fill, 0)})")
+        rps, share = a.get("requests_per_s"), a.get("fill_share")
+        if rps is not None and share is not None:
+            text.append(f" (now {rps:.3g} req/s, {fmt.pct(share, 0).strip()})")
     else:
-        text.append("cap unknown (give --max-num-seqs, or it is inferred once requests queue)")
+        text.append("cap unknown: pass --max-num-seqs (or it is inferred once requests queue)")
     text.append("\n")
     text.append("GPU busy ", style="bold")
     text.append(

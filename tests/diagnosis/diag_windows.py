@@ -97,6 +97,7 @@ def engine_samples(
     flops_per_s: float | None = None,
     bytes_per_s: float | None = None,
     url: str = "http://127.0.0.1:8000/metrics",
+    reported_seqs: int | None = None,
 ) -> list[EngineSample]:
     e2e, queue, iters = HistAcc(E2E_BOUNDS), HistAcc(E2E_BOUNDS), HistAcc(ITER_BOUNDS)
     out = []
@@ -138,6 +139,8 @@ def engine_samples(
                 estimated_flops_total=flops if flops_per_s is not None else None,
                 estimated_read_bytes_total=byts if bytes_per_s is not None else None,
                 histograms=tuple(hists),
+                reported_max_num_seqs=reported_seqs,
+                reported_caps_origin="server_info" if reported_seqs is not None else "",
             )
         )
     return out

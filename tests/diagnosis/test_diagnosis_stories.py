@@ -41,23 +41,32 @@ def test_story_a_light_load_is_starved_and_names_the_fill_rate() -> None:
     assert report["verdicts"][0]["cause"] == "starved"
 
 
-def test_story_a_arrivals_count_a_growing_queue() -> None:
-    # Completions alone undercount arrivals while in-flight grows: 1 req/s done plus
-    # in-flight rising 10 -> 19 over 9 s is 2 req/s arriving.
+def test_story_a_one_request_rate_for_little_the_fill_and_the_engine() -> None:
+    # In-flight rising 10 -> 19 over 9 s while 1 req/s completes: Little's law, the fill
+    # rate and the engine panel all use the engine's one request rate (completions), and
+    # the ramp widens what the window can judge instead of reading as a disagreement.
     w = make_window(
         10,
         gpus=[gpu(0.25, 0.18)],
         engine=dict(running=list(range(10, 20)), rps=1.0, e2e_s=10.0, queue_s=0.0),
     )
-    a = diagnose(w, caps=Caps(max_num_seqs=64)).analyses[engine_scope(w.engines[0])]
-    assert a["littles_throughput_rps"] == pytest.approx(2.0)
+    d = diagnose(w, caps=Caps(max_num_seqs=64))
+    a = d.analyses[engine_scope(w.engines[0])]
+    report = build_report(w, d.verdicts, d.analyses)
+    assert (
+        a["littles_throughput_rps"] == a["requests_per_s"] == report["engines"][0]["requests_per_s"]
+    )
+    assert a["littles_ok"] is not False
+    # The fill share is running over the cap, as the engine panel's running/cap bar shows.
+    assert a["fill_share"] == pytest.approx(14.5 / 64, rel=0.01)
 
 
-def test_story_a_without_the_cap_says_it_was_assumed() -> None:
+def test_story_a_without_the_cap_says_it_is_unknown() -> None:
     w = make_window(10, gpus=[LIGHT_GPU], engine=dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0))
     top = diagnose(w).verdicts[0]
     assert top.cause == "starved"
-    assert "cap assumed" in top.fix
+    assert "cap unknown: pass --max-num-seqs" in top.fix
+    assert "256" not in top.fix + top.summary
     assert top.confidence < diagnose(w, caps=Caps(max_num_seqs=64)).verdicts[0].confidence
 
 

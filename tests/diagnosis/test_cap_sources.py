@@ -1,0 +1,78 @@
+"""Where the sequence cap comes from: given, reported by the engine, inferred, remembered, or unknown.
+
+The cap decides the fill rate a starved box is told to reach; an assumed
+default (vLLM's 256 was once assumed) told a box of 64 slots to send 27 req/s.
+"""
+
+from __future__ import annotations
+
+import pytest
+from diag_windows import gpu, make_window
+
+from monitor.diagnosis import Caps, Diagnoser, diagnose
+from monitor.report import engine_scope
+
+ROOMY_GPU = gpu(1.0, 0.89, 0.05, 0.82)  # memory-bound decode: tensor cores idle, room for more
+QUEUED = dict(running=8, waiting=24, rps=2.0, e2e_s=4.0, queue_s=1.0)
+LIGHT = dict(running=4, waiting=0, rps=1.0, e2e_s=4.0, queue_s=0.0)
+
+
+def _analysis(d, w):  # type: ignore[no-untyped-def]
+    return d.analyses[engine_scope(w.engines[0])]
+
+
+def test_the_engines_own_cap_beats_inference_and_the_users_flag_beats_both() -> None:
+    w = make_window(10, gpus=[ROOMY_GPU], engine=dict(**LIGHT, reported_seqs=64))
+    a = _analysis(diagnose(w), w)
+    assert (a["seq_cap"], a["seq_cap_origin"], a["seq_cap_reported_by"]) == (
+        64,
+        "reported",
+        "server_info",
+    )
+    top = diagnose(w).verdicts[0]
+    assert top.cause == "starved"
+    # 4 running of 64, each request holding a slot 4 s: 16 req/s fills them, now 1 req/s.
+    assert top.fix.startswith("send about 16 req/s to fill 64 slots (now 1 req/s")
+    given = _analysis(diagnose(w, caps=Caps(max_num_seqs=32)), w)
+    assert (given["seq_cap"], given["seq_cap_origin"]) == (32, "given")
+
+
+def test_without_any_source_the_cap_is_unknown_not_assumed() -> None:
+    w = make_window(10, gpus=[ROOMY_GPU], engine=LIGHT)
+    d = diagnose(w)
+    a = _analysis(d, w)
+    assert a["seq_cap"] is None and a["seq_cap_origin"] is None and a["fill_rate_rps"] is None
+    top = d.verdicts[0]
+    assert top.cause == "starved" and "cap unknown: pass --max-num-seqs" in top.fix
+    assert "256" not in top.fix + top.summary
+
+
+def test_a_cap_inferred_under_load_is_kept_when_the_load_stops_and_says_when() -> None:
+    dg = Diagnoser()
+    loaded = make_window(10, gpus=[ROOMY_GPU], engine=QUEUED, wall0=1_800_000_000.0)
+    first = dg.update(loaded)
+    assert _analysis(first, loaded)["seq_cap_origin"] == "inferred"
+    light = make_window(10, gpus=[ROOMY_GPU], engine=LIGHT, wall0=1_800_000_100.0)
+    later = dg.update(light)
+    a = _analysis(later, light)
+    assert (a["seq_cap"], a["seq_cap_origin"]) == (8, "remembered")
+    assert a["seq_cap_seen_at"] == pytest.approx(loaded.wall_end)
+    starved = next(v for v in later.verdicts if v.cause == "starved")
+    assert "to fill 8 slots" in starved.fix
+    # A fresh Diagnoser (a restart) has nothing to remember.
+    assert _analysis(Diagnoser().update(light), light)["seq_cap_origin"] is None
+
+
+def test_a_queue_that_comes_and_goes_is_not_called_nothing_waits() -> None:
+    # Waiting averages 0.9 (above the 0.5 line) but only in a third of the readings: not a
+    # sustained queue, so starved may hold, but its words must not contradict its evidence.
+    w = make_window(
+        9,
+        gpus=[ROOMY_GPU],
+        engine=dict(LIGHT, waiting=[0, 0, 3, 0, 0, 3, 0, 0, 2.1]),
+    )
+    top = diagnose(w, caps=Caps(max_num_seqs=64)).verdicts[0]
+    assert top.cause == "starved"
+    assert "nothing waits" not in top.summary and "now and then" in top.summary
+    decisive = [e for e in top.evidence if e.name.startswith("waiting")]
+    assert decisive and all(e.relation() == e.op for e in decisive if e.op)
