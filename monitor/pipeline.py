@@ -7,6 +7,7 @@ latest report (an immutable, JSON-able dict) without touching any source.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -24,11 +25,15 @@ class Monitor:
         diagnoser: Diagnoser | None = None,
         window_s: float = 10.0,
         notes: tuple[str, ...] = (),
+        max_window_s: float | None = None,
     ) -> None:
         self.sampler = sampler
         self.diagnoser = diagnoser if diagnoser is not None else Diagnoser()
         self.window_s = window_s
         self.notes = notes
+        # With a ceiling, the window widens by itself when requests outlast it (Little's
+        # law cannot be judged over a window shorter than a request), up to the ceiling.
+        self.max_window_s = max_window_s
         self._lock = threading.Lock()
         self._diagnosis: Diagnosis | None = None
         self._report: dict[str, Any] | None = None
@@ -39,10 +44,27 @@ class Monitor:
         window = self.sampler.window(self.window_s)
         diagnosis = self.diagnoser.update(window)
         report = build_report(window, diagnosis.verdicts, diagnosis.analyses, self.notes)
+        self._widen_for(diagnosis)
         with self._lock:
             self._window = window
             self._diagnosis = diagnosis
             self._report = report
+
+    def _widen_for(self, diagnosis: Diagnosis) -> None:
+        if self.max_window_s is None:
+            return
+        longest = max(
+            (
+                a.get("littles_latency_s") or 0.0
+                for a in diagnosis.analyses.values()
+                if a.get("littles_unjudged") == "short-window"
+            ),
+            default=0.0,
+        )
+        if longest > 0:
+            # Twice a request's life, in whole seconds: one window then holds whole requests.
+            wanted = min(self.max_window_s, float(math.ceil(2 * longest)))
+            self.window_s = max(self.window_s, wanted)
 
     def report(self) -> dict[str, Any] | None:
         with self._lock:

@@ -6,13 +6,14 @@ import argparse
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from monitor.errors import ConfigError, HeadroomError
 
 DEFAULT_SCENARIO = "starved"
+MAX_WINDOW_S = 60.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scenario", default=DEFAULT_SCENARIO, help="scenario to start with")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
     p.add_argument(
-        "--window", type=float, default=5.0, help="seconds each diagnosis looks back (default 5)"
+        "--window",
+        type=float,
+        default=5.0,
+        help="seconds each diagnosis looks back (default 5; widens by itself, up to "
+        f"{MAX_WINDOW_S:.0f} s, when a scenario's requests outlast it)",
     )
     p.add_argument("--record", metavar="FILE", help="record the session to FILE (JSONL)")
 
@@ -36,16 +41,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 class SimScenarios:
     """The demo's scenario switch: the simulator's handle behind the app's ScenarioControl."""
 
-    def __init__(self, handle: Any, names: Sequence[str], current: str) -> None:
+    def __init__(
+        self,
+        handle: Any,
+        names: Sequence[str],
+        current: str,
+        on_switch: Callable[[], None] | None = None,
+    ) -> None:
         self.handle = handle
         self.names = tuple(names)
         self.current = current
+        self.on_switch = on_switch
         self._lock = threading.Lock()
 
     def set(self, name: str) -> None:
         with self._lock:
             self.handle.set_scenario(name)
             self.current = name
+            if self.on_switch is not None:
+                self.on_switch()
 
 
 def sweep_command(handle: Any) -> list[str]:
@@ -84,15 +98,28 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # the simulator's own errors become one line
         raise HeadroomError(f"could not start the simulator: {exc}") from exc
     try:
+        engine = VllmSource(handle.metrics_url)
         sources = [
-            VllmSource(handle.metrics_url),
+            engine,
             DcgmExporterSource(handle.gpu_metrics_url),
             HostSource(pids=(handle.pid,)),
         ]
         sampler = Sampler(sources, interval=args.interval)
-        monitor = Monitor(sampler, window_s=args.window, notes=("simulated box: headroom demo",))
+        monitor = Monitor(
+            sampler,
+            window_s=args.window,
+            notes=("simulated box: headroom demo",),
+            max_window_s=max(args.window, MAX_WINDOW_S),
+        )
         feed = LocalFeed(monitor, label="simulator", header={"scenario": args.scenario})
-        scenarios = SimScenarios(handle, names, args.scenario)
+
+        def switched() -> None:
+            # Another box now: ask its caps again and forget verdicts and caps of the last one.
+            engine.config.forget()
+            monitor.diagnoser.reset()
+            monitor.window_s = args.window
+
+        scenarios = SimScenarios(handle, names, args.scenario, on_switch=switched)
         launcher = SweepLauncher(
             sweep_command(handle), Path(tempfile.mkdtemp(prefix="headroom-demo-sweep-"))
         )

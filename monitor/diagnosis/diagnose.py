@@ -10,7 +10,9 @@ after every confident one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +61,35 @@ def rank(v: Verdict) -> int:
     if v.cause == "idle" and v.scope != BOX:
         return 9  # one idle GPU or engine in a box that has work is a side note
     return _RANK.get(v.cause, 10)
+
+
+_MOVE = re.compile(r"\b(raise|lower)\s+(--[a-z0-9-]+)")
+
+
+def _moves(text: str) -> dict[str, str]:
+    return {knob: way for way, knob in _MOVE.findall(text)}
+
+
+def defer_to_lead(verdicts: Sequence[Verdict]) -> tuple[Verdict, ...]:
+    """Shown together, fixes must not pull one setting two ways: the leading verdict's fix
+    wins, and a clause of another fix that moves the same flag the other way gives way
+    (kv-cap's "lower --max-num-seqs" beside memory-bound's "raise --max-num-seqs")."""
+    if len(verdicts) < 2:
+        return tuple(verdicts)
+    lead = verdicts[0]
+    wants = _moves(lead.fix)
+    out = [lead]
+    for v in verdicts[1:]:
+        clauses = v.fix.split("; ")
+        kept = [
+            c for c in clauses if not any(wants.get(k, way) != way for k, way in _moves(c).items())
+        ]
+        if len(kept) < len(clauses):
+            knobs = ", ".join(sorted(k for k in _moves(v.fix) if k in wants))
+            kept.append(f"{knobs}: follow the {lead.cause} fix first")
+            v = dataclasses.replace(v, fix="; ".join(kept))
+        out.append(v)
+    return tuple(out)
 
 
 def order(verdicts: list[Verdict], th: Thresholds) -> tuple[Verdict, ...]:
@@ -192,6 +223,7 @@ def diagnose(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     caps: Caps = NO_CAPS,
     seen_caps: Mapping[str, fig.SeenCap] | None = None,
+    reconcile: bool = True,
 ) -> Diagnosis:
     """Every verdict that holds in this window, most important first. Pure: no I/O, no state
     (caps inferred in earlier windows come in as ``seen_caps``)."""
@@ -232,4 +264,5 @@ def diagnose(
         for e in window.engines
     }
     analyses["box"] = _box_analysis(ctx)
-    return Diagnosis(order(verdicts, thresholds), analyses)
+    ordered = order(verdicts, thresholds)
+    return Diagnosis(defer_to_lead(ordered) if reconcile else ordered, analyses)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from monitor.diagnosis.diagnose import Diagnosis, diagnose, order
+from monitor.diagnosis.diagnose import Diagnosis, defer_to_lead, diagnose, order
 from monitor.diagnosis.figures import SeenCap
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
@@ -43,13 +43,19 @@ class Diagnoser:
         # requests queue, and the cap is still the cap once the load eases.
         self._seen_caps: dict[str, SeenCap] = {}
 
+        self._reset_asked = False
+
     def reset(self) -> None:
-        self._tracks.clear()
-        self._seen_caps.clear()
+        """Forget every verdict and cap, before the next update (safe from another thread)."""
+        self._reset_asked = True
 
     def update(self, window: WindowStats) -> Diagnosis:
+        if self._reset_asked:
+            self._reset_asked = False
+            self._tracks.clear()
+            self._seen_caps.clear()
         th = self.thresholds
-        raw = diagnose(window, th, self.caps, self._seen_caps)
+        raw = diagnose(window, th, self.caps, self._seen_caps, reconcile=False)
         for scope, a in raw.analyses.items():
             if a.get("seq_cap_origin") == "inferred" and a.get("seq_cap") is not None:
                 self._seen_caps[scope] = SeenCap(int(a["seq_cap"]), window.wall_end)
@@ -104,4 +110,4 @@ class Diagnoser:
             + [v for v in ordered_stable if v.confidence < weak]
             + [scale(v) for v in ordered_pending if v.confidence < weak]
         )
-        return Diagnosis(tuple(verdicts), raw.analyses)
+        return Diagnosis(defer_to_lead(verdicts), raw.analyses)

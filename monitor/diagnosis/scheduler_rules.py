@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from monitor.diagnosis import figures as fig
@@ -138,7 +139,9 @@ def kv_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
         "or lower --max-model-len"
     )
     if e.running_mean:
-        fix += f"; or lower --max-num-seqs below {num(e.running_mean)} to stop preemptions"
+        # A whole number: the flag takes one, and the mean running is what fit without help.
+        fit = max(1, math.floor(e.running_mean))
+        fix += f"; or lower --max-num-seqs to {fit} to stop preemptions"
     summary = f"KV-cache cap: {', '.join(parts)}."
     return make_verdict("kv-cap", conf, engine_scope(e), evidence, fix, summary)
 

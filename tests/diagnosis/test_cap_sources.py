@@ -76,3 +76,20 @@ def test_a_queue_that_comes_and_goes_is_not_called_nothing_waits() -> None:
     assert "nothing waits" not in top.summary and "now and then" in top.summary
     decisive = [e for e in top.evidence if e.name.startswith("waiting")]
     assert decisive and all(e.relation() == e.op for e in decisive if e.op)
+
+
+def test_fixes_shown_together_do_not_pull_one_flag_two_ways() -> None:
+    # KV full and preempting, 18.7 waiting, on a memory-bound GPU: kv-cap leads and says to
+    # lower --max-num-seqs (to a whole number); memory-bound must not say to raise it.
+    w = make_window(
+        10,
+        gpus=[gpu(0.98, 0.9, 0.1, 0.85)],
+        engine=dict(running=5.27, waiting=18.7, kv=0.97, rps=1.0, e2e_s=5.0, preempt_per_s=0.5),
+    )
+    for d in (diagnose(w), Diagnoser().update(w)):
+        causes = [v.cause for v in d.verdicts]
+        assert causes[0] == "kv-cap" and "memory-bound" in causes
+        assert "lower --max-num-seqs to 5 " in d.verdicts[0].fix
+        mem = next(v for v in d.verdicts if v.cause == "memory-bound")
+        assert "raise --max-num-seqs" not in mem.fix
+        assert "follow the kv-cap fix first" in mem.fix and "quantise" in mem.fix

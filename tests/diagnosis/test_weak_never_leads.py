@@ -16,7 +16,9 @@ HINT = Verdict("cpu-bound", 0.3, "engine:m/0@u", (), "more CPU", "possibly CPU")
 def run(monkeypatch: pytest.MonkeyPatch, frames: list[tuple[Verdict, ...]]) -> Diagnosis:
     it = iter(frames)
     monkeypatch.setattr(
-        hysteresis, "diagnose", lambda w, th, caps, seen=None: Diagnosis(next(it), {})
+        hysteresis,
+        "diagnose",
+        lambda w, th, caps, seen=None, reconcile=True: Diagnosis(next(it), {}),
     )
     d = Diagnoser()
     out = None
