@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -75,6 +74,13 @@ def sweep_command(handle: Any) -> list[str]:
     ]  # fmt: skip
 
 
+def new_sweep_dir() -> Path:
+    """A folder for one demo sweep, under the user's state directory (not /tmp)."""
+    from monitor.paths import new_state_path
+
+    return new_state_path("sweeps", "demo")
+
+
 def run(args: argparse.Namespace) -> int:
     from headroom.commands.watch import run_app
     from monitor.pipeline import Monitor
@@ -120,9 +126,7 @@ def run(args: argparse.Namespace) -> int:
             monitor.window_s = args.window
 
         scenarios = SimScenarios(handle, names, args.scenario, on_switch=switched)
-        launcher = SweepLauncher(
-            sweep_command(handle), Path(tempfile.mkdtemp(prefix="headroom-demo-sweep-"))
-        )
+        launcher = SweepLauncher(sweep_command(handle), new_sweep_dir)
         return run_app(
             feed,
             record=args.record,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +19,7 @@ from textual.timer import Timer
 from textual.worker import get_current_worker
 
 from monitor.errors import HeadroomError
+from monitor.paths import new_state_path
 from monitor.tui import fmt
 from monitor.tui.feeds import Feed, Frame, ReplayFeed
 from monitor.tui.screens import (
@@ -49,21 +49,22 @@ class HeadroomApp(App[int]):
     TITLE = "headroom"
     ENABLE_COMMAND_PALETTE = False
 
+    # The footer shows these in order and cuts what does not fit (80 columns): help first.
     BINDINGS = [
+        Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
+        Binding("s", "next_scenario", "Scenario"),
         Binding("p,space", "pause", "Pause"),
-        Binding("tab", "app.focus_next", "Panel", show=True),
-        Binding("shift+tab", "app.focus_previous", "Panel", show=False),
-        Binding("plus,equals_sign", "faster", "Faster"),
-        Binding("minus", "slower", "Slower"),
         Binding("r", "record", "Record"),
         Binding("w", "sweep", "Sweep"),
+        Binding("tab", "app.focus_next", "Panel", show=False),
+        Binding("shift+tab", "app.focus_previous", "Panel", show=False),
+        Binding("plus,equals_sign", "faster", "Faster", show=False),
+        Binding("minus", "slower", "Slower", show=False),
         Binding("W", "toggle_sweep", "Start/stop sweep", show=False),
-        Binding("s", "next_scenario", "Scenario"),
-        Binding("question_mark", "help", "Help"),
         *[
-            Binding(str(i), f"pick_scenario({i})", f"scenario {i}", show=False)
-            for i in range(1, 10)
+            Binding(str(i % 10), f"pick_scenario({i})", f"scenario {i}", show=False)
+            for i in range(1, 11)
         ],
     ]
 
@@ -196,27 +197,38 @@ class HeadroomApp(App[int]):
 
     # What the status bar says ---------------------------------------------------------------
 
-    def status_line(self) -> str:
-        # Most urgent first: the line is cut at the terminal's width.
-        parts = [f"{self.title} · {self.feed.label}"]
+    def status_line(self, width: int | None = None) -> str:
+        """Where the data come from and when; cut to ``width`` by dropping the least
+        urgent parts whole (the clock and window stay, the feed's name goes first)."""
+        rep = self.view.report
+        parts: list[tuple[int, str]] = [(1, self.title), (9, self.feed.label)]  # (rank, text)
         if self.paused:
-            parts.append("PAUSED (p)")
+            parts.append((0, "PAUSED (p)"))
         rec = self.feed.recorder
         if rec is not None and not rec.closed:
-            parts.append(f"REC {rec.path.name} ({rec.lines})")
+            parts.append((0, f"REC {rec.path.name} ({rec.lines})"))
         if self.view.feed_error:
-            parts.append(f"! {self.view.feed_error}")
+            parts.append((0, f"! {self.view.feed_error}"))
         if self.scenarios is not None:
-            parts.append(f"scenario {self.scenarios.current} (s: next)")
+            parts.append((2, f"scenario {self.scenarios.current}"))
+            parts.append((8, "(s: next, ?: list)"))
         if self.view.position:
             i, n = self.view.position
-            parts.append(f"tick {i + 1}/{n}" + (" END" if self.replay_done else ""))
-        parts.append(self.feed.pace())
-        rep = self.view.report
+            parts.append((3, f"tick {i + 1}/{n}" + (" END" if self.replay_done else "")))
+        parts.append((7, self.feed.pace()))
         if rep:
-            parts.append(f"window {rep.get('window_s', 0):.0f} s")
-            parts.append(fmt.clock(rep.get("time")))
-        return " · ".join(parts)
+            parts.append((4, f"window {rep.get('window_s', 0):.0f} s"))
+            parts.append((5, fmt.clock(rep.get("time"))))
+
+        def joined(ps: list[tuple[int, str]]) -> str:
+            return " · ".join(text for _, text in ps)
+
+        if width is not None:
+            # The bar's padding takes two columns.
+            while len(joined(parts)) > width - 2 and len(parts) > 1:
+                worst = max(range(len(parts)), key=lambda k: parts[k][0])
+                parts.pop(worst)
+        return joined(parts)
 
     # Actions -----------------------------------------------------------------------------------
 
@@ -243,10 +255,10 @@ class HeadroomApp(App[int]):
             self.feed.stop_recording()
             self.notify(f"Recorded {rec.lines} ticks to {rec.path}", title="recording stopped")
         else:
-            path = self.record_path or Path(f"headroom-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
             try:
+                path = self.record_path or new_state_path("recordings", "headroom", ".jsonl")
                 self.feed.start_recording(path)
-            except HeadroomError as exc:
+            except (HeadroomError, OSError) as exc:
                 self.notify(str(exc), severity="error")
                 return
             self.notify(f"Recording to {path}", title="recording")
@@ -306,7 +318,8 @@ class HeadroomApp(App[int]):
             except Exception as exc:
                 self._post(self.notify, f"could not switch to {name}: {exc}", severity="error")
                 return
-            self._post(self.notify, f"scenario: {name}", timeout=3)
+            k = list(ctl.names).index(name) + 1 if name in ctl.names else 0
+            self._post(self.notify, f"scenario {k % 10}: {name}", timeout=3)
             self._post(self._publish)
 
         self.run_worker(work, thread=True, group="scenario")

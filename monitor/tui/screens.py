@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -18,6 +18,7 @@ from monitor.tui import fmt
 from monitor.tui.sweep import SweepState, chart, load_of
 from monitor.tui.view import GPU_SOURCES, View
 from monitor.tui.widgets import (
+    GAP_NOTICE,
     DiagnosisPanel,
     EnginePanel,
     GpuPanel,
@@ -32,6 +33,22 @@ from monitor.tui.widgets import (
 from monitor.tui.widgets import (
     meter as _meter,
 )
+
+
+def gap_words(util: float, sm: float, verdict: Mapping[str, Any] | None) -> str:
+    """What the gap between duty cycle and SM activity means for this GPU, in a few words.
+
+    The diagnosis's verdict for the GPU decides where there is one; the size of the gap
+    alone only says whether kernels fill the SMs they run on.
+    """
+    if verdict is not None and verdict.get("cause") not in (None, "unknown", "idle"):
+        return f"{fmt.cause_label(verdict['cause'])}: see the diagnosis"
+    if util - sm < GAP_NOTICE:
+        return "small: running kernels keep most SMs busy"
+    if util >= 0.95:
+        return "large, and busy all the time: kernels too small to fill the SMs"
+    return "large, with gaps between kernels: launch-bound"
+
 
 ENGINE_SOURCES_ALL = ("vllm", "engine", "sglang", "tgi")
 WIDE = 150
@@ -48,7 +65,7 @@ class DataScreen(Screen):
         pass
 
     def status_text(self) -> str:
-        return self.app.status_line()  # type: ignore[attr-defined]
+        return self.app.status_line(self.size.width or None)  # type: ignore[attr-defined]
 
     def on_mount(self) -> None:
         self.call_after_refresh(self.redraw)
@@ -108,7 +125,8 @@ class MainScreen(DataScreen):
             self.app.push_screen(GpuDetailScreen(focused.index))
         elif isinstance(focused, EnginePanel):
             self.app.push_screen(EngineDetailScreen(focused.key))
-        elif isinstance(focused, (DiagnosisPanel, LittlePanel, HostPanel)) or focused is None:
+        else:
+            # Nothing chosen yet (the scrolling body has focus at start): the engine, else the GPU.
             self.action_engine_detail() if self.app.view.engines() else self.action_gpu_detail()  # type: ignore[attr-defined]
 
     def action_gpu_detail(self) -> None:
@@ -241,9 +259,21 @@ class GpuDetailScreen(DetailScreen):
         meter(text, "duty", util, width, s(self.index, "util"))
         meter(text, "SM act", sm, width, s(self.index, "sm_active"))
         if util is not None and sm is not None:
+            verdict = (
+                next(
+                    (
+                        v
+                        for v in view.report.get("verdicts", ())
+                        if v.get("scope") == f"gpu:{self.index}"
+                    ),
+                    None,
+                )
+                if view.report
+                else None
+            )
             text.append(
                 f"{'':<{DETAIL_LABEL_W}}duty - SM active: {100 * (util - sm):.0f} points"
-                " (a large gap: tiny kernels, launch-bound)\n",
+                f" ({gap_words(util, sm, verdict)})\n",
                 style="dim",
             )
         for label, key in (
@@ -501,9 +531,14 @@ HELP = [
     ("r", "start or stop recording to JSONL (replay: headroom watch --replay FILE)"),
     ("w", "sweep view (steps, throughput and latency vs load, saturation)"),
     ("W", "demo: start or stop a sweep against the simulator"),
-    ("s / 1-9", "demo: next scenario / pick a scenario"),
+    ("s / 1-9, 0", "demo: next scenario / pick one (listed below)"),
     ("?", "this help"),
 ]
+
+
+def scenario_keys(names: Sequence[str]) -> list[tuple[str, str]]:
+    """The digit that picks each demo scenario: 1-9, then 0 for the tenth."""
+    return [(str((i + 1) % 10), name) for i, name in enumerate(names[:10])]
 
 
 class HelpScreen(ModalScreen[None]):
@@ -515,14 +550,24 @@ class HelpScreen(ModalScreen[None]):
         for key, what in HELP:
             text.append(f"{key:<17}", style="bold")
             text.append(what + "\n")
+        ctl = getattr(self.app, "scenarios", None)
+        if ctl is not None:
+            text.append("\nscenarios\n", style="bold")
+            for key, name in scenario_keys(list(ctl.names)):
+                mark = " (now)" if name == ctl.current else ""
+                text.append(f"  {key}  ", style="bold")
+                text.append(f"{name}{mark}\n")
         text.append(
             "\nThe diagnosis names one cause with its evidence and the first fix to try.\n"
             "duty = NVML utilization (any kernel running); SM act = share of SMs busy:\n"
-            "a large gap between the two means tiny kernels (launch-bound).\n"
+            "a large gap means kernels that fill few SMs (launch-bound when kernels\n"
+            "leave gaps between them).\n"
             "A dash is a figure the source does not provide, never a zero.\n"
         )
-        text.append("\nescape or ? closes this help", style="dim")
-        yield Static(text, id="help")
+        text.append("\nescape or ? closes this help (arrows scroll it)", style="dim")
+        # Scrolls inside the screen: at 80x24 the keys and scenarios are taller than it.
+        with VerticalScroll(id="help-box"):
+            yield Static(text, id="help")
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -11,7 +11,7 @@ import json
 import math
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -113,9 +113,12 @@ class SweepLauncher:
     the child's output goes to ``out_dir/launcher.log`` so it never draws on the UI.
     """
 
-    def __init__(self, command: Sequence[str], out_dir: str | Path) -> None:
+    def __init__(self, command: Sequence[str], out_dir: str | Path | Callable[[], Path]) -> None:
         self.command = list(command)
-        self.out_dir = Path(out_dir)
+        # A callable gives a fresh folder for each sweep started (the demo's, under the
+        # state directory); a path is reused.
+        self._out = out_dir
+        self.out_dir = Path(out_dir) if not callable(out_dir) else Path()
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -124,6 +127,8 @@ class SweepLauncher:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> Path:
+        if callable(self._out):
+            self.out_dir = self._out()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._log = (self.out_dir / "launcher.log").open("ab")
         # "{out}" in the command stands for the output directory.
