@@ -17,6 +17,15 @@ def _f(v: float | None, spec: str, unit: str = "") -> str:
     return "-" if v is None else f"{v:{spec}}{unit}"
 
 
+def littles_words(s: StepResult) -> str:
+    """A Little's-law mismatch with its three views, so the flag says what disagreed."""
+    return (
+        f"Little's law off: in flight {_f(s.client_in_flight_mean, '.1f')} at the client, "
+        f"{_f(s.engine_in_flight_mean, '.1f')} at the engine, "
+        f"{_f(s.littles_law_in_flight, '.1f')} by req/s x e2e"
+    )
+
+
 class Progress:
     def __init__(self, stream: TextIO | None = None, quiet: bool = False) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -51,7 +60,7 @@ class Progress:
         if not self.live:
             if key != self._last_phase:
                 self._last_phase = key
-                self._write(f"step {index} {_load(conc, rate)}: {phase} {total:.0f} s\n")
+                self._write(f"step {index} {_load(conc, rate)}: {phase} {total:g} s\n")
             return
         now = time.monotonic()
         if now - self._last_draw < 0.2 and key == self._last_phase:
@@ -61,14 +70,14 @@ class Progress:
         filled = int(width * min(1.0, elapsed / total)) if total > 0 else width
         bar = "#" * filled + "." * (width - filled)
         self._write(
-            f"\r\x1b[Kstep {index} {_load(conc, rate):<12} {phase:<8} [{bar}] {elapsed:4.0f}/{total:.0f} s"
+            f"\r\x1b[Kstep {index} {_load(conc, rate):<12} {phase:<8} [{bar}] {elapsed:4.0f}/{total:g} s"
             f"  in-flight {in_flight:<5} done {done:<6} engine: {verdict or '-'}"
         )
 
     def step_done(self, s: StepResult) -> None:
         flags = []
         if not s.littles_law_ok and s.littles_law_ok is not None:
-            flags.append("little's-law mismatch")
+            flags.append(littles_words(s))
         if s.client_limited:
             flags.append("CLIENT-LIMITED")
         if s.late:

@@ -62,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
         sampler.close()
     report = monitor.report()
     assert report is not None  # run() ticks at least once
-    # Errors go to stderr once each; in text mode those of the last tick are in the table already.
-    shown = set() if args.json else {(e["source"], e["target"]) for e in report["errors"]}
+    # Each source's error goes to stderr once (scripts read the reason there, whatever the
+    # format); text mode also shows the last tick's in the table.
+    shown: set[tuple[str, str]] = set()
     for snap in sampler.snapshots():
         for err in snap.errors:
             if (err.source, err.target) not in shown:
@@ -77,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_text(report))
     if not report["gpus"] and not report["engines"]:
-        print("headroom snapshot: no GPU or engine source produced data", file=sys.stderr)
+        why = "; ".join(error_line(e) for e in report["errors"][:3])
+        print(
+            "headroom snapshot: no GPU or engine source produced data"
+            + (f" ({why})" if why else ""),
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from monitor.errors import ConfigError
 
@@ -196,6 +197,31 @@ def config_from_args(args: argparse.Namespace, model: str, target: str):
     )
 
 
+def check_out_dir(out: Path) -> None:
+    """The output directory can be made and written, or one line saying why not."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".headroom-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+
+
+def knee_note(result: Any, load: float) -> str:
+    """Why the step at the knee may read another verdict than the saturation's cause: the
+    limit shows in the steps past it, where requests queue."""
+    from loadgen.analysis import load_of
+
+    knee = next((s for s in result.steps if load_of(s) == load), None)
+    cause = result.saturation.cause
+    if knee is None or not knee.verdict or knee.verdict == cause or cause in (None, "errors"):
+        return ""
+    return f" (seen past the knee; the step at {load:g} itself read {knee.verdict})"
+
+
 def run(args: argparse.Namespace) -> int:
     from loadgen.analysis import parse_slo
     from loadgen.preflight import normalise_target, probe_stream, resolve_model
@@ -205,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
 
     for slo in args.slo:
         parse_slo(slo)  # a typo fails before any network traffic
+    check_out_dir(Path(args.out))  # before any load: a sweep that cannot write is wasted
     target = normalise_target(args.target)
     if args.prompts:
         load_jsonl(args.prompts, args.api, args.output_tokens)  # bad file: fail before any load
@@ -228,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         cap = f", inferred cap {sat.inferred_cap}" if sat.inferred_cap is not None else ""
         progress.message(
             f"saturation at {unit} {load:g}: {sat.output_tokens_per_s or 0:.1f} tok/s, "
-            f"cause {sat.cause or 'unknown'}{cap}"
+            f"cause {sat.cause or 'unknown'}{cap}{knee_note(result, load)}"
             if load is not None
             else f"saturated: {sat.reason}"
         )

@@ -14,6 +14,7 @@ body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#22
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
 th{background:#f3f3f3}td.l{text-align:left}.bad{color:#b00}.box{background:#f7f7f7;padding:1em;border-radius:6px}
 img{max-width:100%;margin:0.5em 0}code{background:#f3f3f3;padding:1px 4px}
+tr.knee td{font-weight:bold;background:#fff4e0}.note{font-size:13px;color:#444;max-width:900px}
 """
 
 
@@ -60,25 +61,58 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
         else:
             parts.append(f"<p><b>Goodput</b> ({slos}): {_e(g.reason)}.</p>")
     parts.append("</div><h2>Steps</h2><table><tr>")
-    heads = ["#", unit, "req/s", "tok/s", "TTFT p50", "TTFT p95", "ITL p50", "ITL p95", "e2e p50",
-             "errors", "client in-flight", "engine R+Q", "running", "waiting", "Little ok",
-             "client CPU", "GPU util", "verdict", "notes"]  # fmt: skip
+    heads = ["#", unit, "req/s", "output tok/s", "TTFT p50 (s)", "TTFT p95 (s)", "ITL p50 (s)",
+             "ITL p95 (s)", "e2e p50 (s)", "errors (%)", "client in flight (requests)",
+             "engine running + waiting", "running", "waiting", "Little's law",
+             "client CPU (% of a core)", "GPU util (%)", "engine verdict at this step", "notes"]  # fmt: skip
     parts.append("".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr>")
+    any_off = False
     for s in sorted(result.steps, key=load_of):
         notes = s.invalid_reason or ""
+        knee = sat.reached and sat_load is not None and load_of(s) == sat_load
+        if knee:
+            notes = "; ".join(n for n in ("saturation point", notes) if n)
+        if s.littles_law_ok is False:
+            any_off = True
+            notes = "; ".join(
+                n
+                for n in (
+                    notes,
+                    f"Little's law off: {_f(s.client_in_flight_mean, '.1f')} in flight at the "
+                    f"client, {_f(s.engine_in_flight_mean, '.1f')} at the engine, "
+                    f"{_f(s.littles_law_in_flight, '.1f')} by req/s x e2e",
+                )
+                if n
+            )
         cells = [
             s.index, _f(load_of(s), "g"), _f(s.requests_per_s, ".2f"), _f(s.output_tokens_per_s, ".1f"),
             _f(s.ttft_p50_s, ".4f"), _f(s.ttft_p95_s, ".4f"), _f(s.itl_p50_s, ".4f"), _f(s.itl_p95_s, ".4f"),
             _f(s.e2e_p50_s, ".3f"), f"{100 * s.error_ratio:.1f}%", _f(s.client_in_flight_mean, ".1f"),
             _f(s.engine_in_flight_mean, ".1f"), _f(s.running_mean, ".1f"), _f(s.waiting_mean, ".1f"),
-            "-" if s.littles_law_ok is None else ("yes" if s.littles_law_ok else "NO"),
+            "-" if s.littles_law_ok is None else ("agrees" if s.littles_law_ok else "off (see notes)"),
             "-" if s.client_cpu_ratio is None else f"{100 * s.client_cpu_ratio:.0f}%",
             "-" if s.gpu.util is None else f"{100 * s.gpu.util:.0f}%",
         ]  # fmt: skip
         row = "".join(f"<td>{_e(x)}</td>" for x in cells)
         row += f"<td class='l'>{_e(s.verdict or '-')}</td><td class='l bad'>{_e(notes)}</td>"
-        parts.append(f"<tr>{row}</tr>")
+        parts.append(f"<tr class='knee'>{row}</tr>" if knee else f"<tr>{row}</tr>")
     parts.append("</table>")
+    parts.append(
+        "<p class='note'>req/s counts requests that finished inside a step's hold; output "
+        "tok/s counts every token received in it, finished or not. With requests that last "
+        "a good part of the hold, a step can show more tokens/s but fewer requests/s than "
+        "the step below it. The engine verdict is the diagnosis of that step's own window: "
+        "at the saturation point the engine may still look unqueued, and the limiting "
+        "cause shows in the steps past it.</p>"
+    )
+    if any_off:
+        parts.append(
+            "<p class='note'>Little's law: the requests in flight at the client, at the engine "
+            f"(running + waiting) and by throughput x latency should agree within "
+            f"{100 * c.littles_tolerance:.0f}%. Where they do not, something between client "
+            "and engine holds requests (a gateway, a proxy's queue, the client itself), or the "
+            "step was disturbed (requests longer than the hold, a host stall).</p>"
+        )
     for p in plots:
         data = base64.b64encode(p.read_bytes()).decode("ascii")
         parts.append(

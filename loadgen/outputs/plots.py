@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from loadgen.analysis import effective_steps, load_of  # noqa: E402
 from loadgen.schema import StepResult, SweepResult  # noqa: E402
@@ -45,8 +46,18 @@ def _mark_saturation(ax, result: SweepResult) -> None:
 
 
 def _log2_axis(ax, xs: list[float]) -> None:
+    """A log axis for doubling sweeps, ticked at the loads measured (12, 14 and 28 between
+    powers of two get their own tick) and labelled in plain numbers, not 2^k."""
     if xs and min(xs) > 0 and max(xs) / min(xs) >= 4:
         ax.set_xscale("log", base=2)
+    ticks = sorted(set(xs))
+    if ticks:
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_locator(NullLocator())
+        if len(ticks) > 8:
+            for label in ax.get_xticklabels():
+                label.set_rotation(45)
 
 
 def write_plots(out: Path, result: SweepResult) -> list[Path]:
@@ -116,12 +127,25 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     if not any(s.gpu.gpus for s in steps):
         ax.text(0.5, 0.5, "no GPU readings (give --dcgm-exporter or --nvml)", ha="center",
                 va="center", transform=ax.transAxes, color="gray")  # fmt: skip
-    ax.set_ylabel("GPU activity (%)")
+    kv = [
+        float("nan") if s.kv_cache_usage_mean is None else 100 * s.kv_cache_usage_mean
+        for s in steps
+    ]
+    ax.plot(xs, kv, "D-", color="tab:purple", label="KV cache used")
+    ax.set_ylabel("GPU activity, KV cache (%)")
     ax.set_ylim(0, 105)
-    ax.set_title("GPU activity and engine queues vs load")
-    ax.legend(fontsize=8)
+    ax.set_title("GPU activity, KV cache and engine queues vs load")
     ax.grid(alpha=0.3)
     _mark_saturation(ax, result)
+    handles, labels = ax.get_legend_handles_labels()
+    preempt = _series(steps, "preemptions_per_s")
+    if any(p == p and p > 0 for p in preempt):  # only where the engine preempted (NaN != NaN)
+        px = ax.twinx()
+        px.plot(xs, preempt, "v--", color="tab:red", label="preemptions/s")
+        px.set_ylabel("preemptions/s")
+        h2, l2 = px.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.legend(handles, labels, fontsize=8)
     bx.plot(xs, _series(steps, "running_mean"), "o-", label="running")
     bx.plot(xs, _series(steps, "waiting_mean"), "s-", label="waiting")
     bx.plot(xs, _series(steps, "client_in_flight_mean"), "x:", label="client in-flight")

