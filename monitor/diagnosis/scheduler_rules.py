@@ -18,8 +18,8 @@ def cap_words(cap: fig.SeqCap) -> str:
     if cap.origin == "given":
         return "given with --max-num-seqs"
     if cap.origin == "reported":
-        how = {"server_info": "its /server_info", "cmdline": "its command line"}
-        return f"reported by the engine ({how.get(cap.reported_by or '', 'asked')})"
+        how = {"server_info": "the engine's /server_info", "cmdline": "the engine's command line"}
+        return f"as {how.get(cap.reported_by or '', 'the engine')} says"
     if cap.origin == "remembered" and cap.seen_at is not None:
         return f"inferred from a plateau last seen at {time.strftime('%H:%M:%S', time.localtime(cap.seen_at))}"
     return "inferred from the plateau of running while requests wait"

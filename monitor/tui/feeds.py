@@ -102,6 +102,8 @@ class LocalFeed(_RecordingMixin):
             "mode": "local",
             "interval_s": monitor.sampler.interval,
             "window_s": monitor.window_s,
+            # A window that widens by itself (the demo's) is replayed the same way.
+            "max_window_s": monitor.max_window_s,
             **dict(header or {}),
         }
         self._frames: collections.deque[Frame] = collections.deque(maxlen=64)
@@ -244,11 +246,13 @@ def default_replay_monitor(recording: Recording) -> Monitor:
             )
         )
     sampler = Sampler([], interval=recording.interval_s or 1.0, capacity=100_000)
+    widen = recording.header.get("max_window_s")
     return Monitor(
         sampler,
         diagnoser,
         window_s=recording.window_s or 10.0,
         notes=tuple(recording.header.get("notes") or ()),
+        max_window_s=float(widen) if isinstance(widen, int | float) else None,
     )
 
 

@@ -47,7 +47,8 @@ def cause_headline(cause: str) -> str:
 def summary_after_headline(cause: str, summary: str) -> str:
     """The summary without a lead-in the headline above it already says ("Starved: ...")."""
     lead, sep, rest = summary.partition(": ")
-    if sep and cause_headline(cause).lower().startswith(lead.lower()):
+    said = (cause_headline(cause).lower(), cause_label(cause).lower())
+    if sep and (said[0].startswith(lead.lower()) or lead.lower() == said[1]):
         return rest[:1].upper() + rest[1:]
     return summary
 

@@ -155,7 +155,7 @@ class DiagnosisPanel(Panel):
                 f"({fmt.pct(v.get('confidence'), 0).strip()})"
             )
             if v.get("summary"):
-                line += f": {v['summary']}"
+                line += f": {fmt.summary_after_headline(v['cause'], v['summary'])}"
             text.append("also: ", style="bold")
             text.append(fmt.clip(line, width - 6) + "\n")
         return text

@@ -235,3 +235,18 @@ def test_every_dashboard_query_runs(stack: Stack) -> None:
     unexpected = [e for e in empty if not allowed.search(e)]
     assert not unexpected, "\n".join(unexpected)
     assert len(empty) <= len(queries) // 3, empty
+
+
+def test_the_agents_exposition_passes_promtool_lint(stack: Stack) -> None:
+    """`promtool check metrics` on the agent's /metrics: names and types as Prometheus expects
+    (no gauge with a `quantile` label, no gauge named *_count)."""
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    wait_until(lambda: "headroom_engine_time_to_first_token_p50_seconds" in httpx.get(
+        stack.agent.url + "/metrics", timeout=5).text, timeout=45, step=1)  # fmt: skip
+    text = httpx.get(stack.agent.url + "/metrics", timeout=5).text
+    assert "headroom_host_cpus " in text and "headroom_engine_seq_cap{" in text
+    lint = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    problems = (lint.stdout + lint.stderr).strip()
+    assert lint.returncode == 0 and not problems, problems

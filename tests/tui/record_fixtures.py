@@ -4,7 +4,8 @@
 
 Each recording is what `headroom demo --record` writes: the simulator's vLLM
 and dcgm-exporter endpoints and this host's view of the simulator process,
-sampled every second, diagnosed over a 5 s window.
+sampled every second, diagnosed over a 5 s window that widens by itself (as the
+demo's does) when the scenario's requests outlast it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from headroom.commands.demo import MAX_WINDOW_S
 from monitor.pipeline import Monitor
 from monitor.recording import read_recording
 from monitor.sampler import Sampler
@@ -38,7 +40,9 @@ def record(scenario: str, ticks: int = TICKS) -> Path:
         ]
         sampler = Sampler(sources, interval=1.0)
         feed = LocalFeed(
-            Monitor(sampler, window_s=5.0), label="simulator", header={"scenario": scenario}
+            Monitor(sampler, window_s=5.0, max_window_s=MAX_WINDOW_S),
+            label="simulator",
+            header={"scenario": scenario},
         )
         rec = feed.start_recording(path)
         sampler.start()
