@@ -34,16 +34,33 @@ class Monitor:
         # With a ceiling, the window widens by itself when requests outlast it (Little's
         # law cannot be judged over a window shorter than a request), up to the ceiling.
         self.max_window_s = max_window_s
+        self._since: float | None = None
+        self._restart_asked = False
         self._lock = threading.Lock()
         self._diagnosis: Diagnosis | None = None
         self._report: dict[str, Any] | None = None
         self._window: WindowStats | None = None
         sampler.subscribe(self._on_snapshot)
 
+    def restart(self, window_s: float | None = None) -> None:
+        """What is watched changed (the demo switched scenario): windows start afresh from the
+        next reading, verdicts and remembered caps are forgotten, and the window goes back to
+        ``window_s``. Safe to call from another thread."""
+        if window_s is not None:
+            self.window_s = window_s
+        self.diagnoser.reset()
+        self._restart_asked = True
+
     def _on_snapshot(self, snap: Snapshot) -> None:
-        window = self.sampler.window(self.window_s)
+        if self._restart_asked:
+            self._restart_asked = False
+            self._since = snap.t
+        window = self.sampler.window(self.window_s, since=self._since)
         diagnosis = self.diagnoser.update(window)
         report = build_report(window, diagnosis.verdicts, diagnosis.analyses, self.notes)
+        if self.max_window_s is not None:
+            # Faces say "widening" rather than "widen --window" when the window does it itself.
+            report["window_widens_to_s"] = self.max_window_s
         self._widen_for(diagnosis)
         with self._lock:
             self._window = window

@@ -109,8 +109,14 @@ class Sampler:
         with self._lock:
             return self._ring[-1] if self._ring else None
 
-    def window(self, seconds: float | None = None, end: float | None = None) -> WindowStats:
+    def window(
+        self, seconds: float | None = None, end: float | None = None, since: float | None = None
+    ) -> WindowStats:
+        """The last ``seconds`` up to ``end``; nothing read before ``since`` (a restart of
+        what is watched: its old readings would mix two boxes in one window)."""
         snaps = self.snapshots()
+        if since is not None:
+            snaps = tuple(s for s in snaps if s.t >= since)
         if not snaps:
             return compute_window(())
         stop = end if end is not None else snaps[-1].t

@@ -120,10 +120,9 @@ def run(args: argparse.Namespace) -> int:
         feed = LocalFeed(monitor, label="simulator", header={"scenario": args.scenario})
 
         def switched() -> None:
-            # Another box now: ask its caps again and forget verdicts and caps of the last one.
+            # Another box now: ask its caps again; windows, verdicts and caps start afresh.
             engine.config.forget()
-            monitor.diagnoser.reset()
-            monitor.window_s = args.window
+            monitor.restart(args.window)
 
         scenarios = SimScenarios(handle, names, args.scenario, on_switch=switched)
         launcher = SweepLauncher(sweep_command(handle), new_sweep_dir)

@@ -171,6 +171,7 @@ class TokenBudget:
     inferred: bool
     pinned_share: float | None  # share of engine steps that filled the budget
     prefill_share: float | None  # prompt tokens over all tokens processed
+    origin: str | None = None  # "given", "reported", "inferred"; None: unknown
 
 
 def _bucket_counts(e: EngineWindow) -> list[tuple[float, float, float]]:
@@ -197,21 +198,23 @@ def token_budget(e: EngineWindow, caps: Caps, th: Thresholds) -> TokenBudget:
     buckets = _bucket_counts(e)
     total = sum(c for _, _, c in buckets)
     pshare = prefill_share(e)
+    origin = "given"
     if caps.max_num_batched_tokens is None and e.reported_max_num_batched_tokens is not None:
         caps = dataclasses.replace(caps, max_num_batched_tokens=e.reported_max_num_batched_tokens)
+        origin = "reported"
     if caps.max_num_batched_tokens is not None:
         pinned = None
         if total > 0:
             # Coarse: the bucket holding budget x token_fill counts whole.
             edge = caps.max_num_batched_tokens * th.token_fill
             pinned = sum(c for _, le, c in buckets if le >= edge) / total
-        return TokenBudget(caps.max_num_batched_tokens, False, pinned, pshare)
+        return TokenBudget(caps.max_num_batched_tokens, False, pinned, pshare, origin)
     finite = [(lo, le, c) for lo, le, c in buckets if c > 0 and not math.isinf(le)]
     if total > 0 and finite:
         lo, le, c = finite[-1]
         share = c / total
         if le >= th.token_budget_infer_min and share >= th.token_pinned_share:
-            return TokenBudget(int(le), True, share, pshare)
+            return TokenBudget(int(le), True, share, pshare, "inferred")
     return TokenBudget(None, False, None, pshare)
 
 
@@ -397,6 +400,7 @@ def engine_analysis(
         "waiting_share": _r(waiting_share(e)),
         "token_budget": budget.value,
         "token_budget_inferred": budget.inferred,
+        "token_budget_origin": budget.origin,
         "token_pinned_share": _r(budget.pinned_share),
         "prefill_share": _r(budget.prefill_share),
         "busy_fraction": _r(busy),

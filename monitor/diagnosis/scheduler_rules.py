@@ -226,6 +226,11 @@ def token_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
         # Full steps on busy tensor cores: a bigger budget would not make them faster.
         conf = min(conf, 0.4)
         saturated_note = "; the tensor cores are saturated, so a bigger budget adds little"
+    elif not fig.queue_sustained(e, th) and budget.origin != "inferred":
+        # Steps fill the budget but nothing waits for it: prompts are chunked over more steps
+        # (a longer TTFT), yet every request is admitted. A hint, not the box's limit.
+        conf = min(conf, 0.45)
+        saturated_note = "; nothing waits, so a bigger budget shortens TTFT more than it adds load"
     evidence = [
         ev("token_pinned_share", budget.pinned_share, th.token_pinned_share, ">="),
         ev("token_budget", budget.value),
@@ -233,7 +238,10 @@ def token_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
         ev("iteration_tokens_mean", e.iteration_tokens_mean, unit="tokens"),
         ev("waiting_mean", e.waiting_mean),
     ]
-    how = "inferred from the iteration-tokens histogram" if budget.inferred else "given"
+    how = {
+        "inferred": "inferred from the iteration-tokens histogram",
+        "reported": "as the engine reports it",
+    }.get(budget.origin or "", "given")
     fix = (
         f"raise --max-num-batched-tokens above {budget.value} ({pct(budget.pinned_share)} of "
         "engine steps fill it)"

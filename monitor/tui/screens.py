@@ -333,10 +333,35 @@ class GpuDetailScreen(DetailScreen):
         return text
 
 
+# vLLM's cache_config_info keys that bear on capacity; the ~30 others (mamba_*, hashing, ...)
+# are shown only on request.
+CACHE_KEYS = frozenset(
+    {
+        "block_size",
+        "num_gpu_blocks",
+        "num_cpu_blocks",
+        "gpu_memory_utilization",
+        "cache_dtype",
+        "enable_prefix_caching",
+        "kv_cache_size_tokens",
+        "kv_cache_max_concurrency",
+        "kv_cache_memory_bytes",
+        "sliding_window",
+    }
+)
+
+
 class EngineDetailScreen(DetailScreen):
+    BINDINGS = [*DetailScreen.BINDINGS, Binding("c", "toggle_config", "All cache config")]
+
     def __init__(self, key: str) -> None:
         super().__init__(name="engine")
         self.key = key
+        self.all_config = False
+
+    def action_toggle_config(self) -> None:
+        self.all_config = not self.all_config
+        self.redraw()
 
     def draw(self, view: View, width: int) -> Text:
         text = Text()
@@ -450,9 +475,18 @@ class EngineDetailScreen(DetailScreen):
         )
         cc = e.get("cache_config") or {}
         if cc:
-            _row(text, "cache config", ", ".join(f"{k}={v}" for k, v in sorted(cc.items())))
+            # The few keys that bear on capacity; the rest (mamba_*, ...) behind `c`.
+            shown = cc if self.all_config else {k: v for k, v in cc.items() if k in CACHE_KEYS}
+            hidden = len(cc) - len(shown)
+            _row(
+                text,
+                "cache config",
+                ", ".join(f"{k}={v}" for k, v in sorted(shown.items()))
+                + (f" (+{hidden} more: c shows them)" if hidden else ""),
+            )
         text.append("\n")
-        text.append_text(littles_lines(e, width))
+        widens = bool((view.report or {}).get("window_widens_to_s"))
+        text.append_text(littles_lines(e, width, widens))
         scope_prefix = f"engine:{e.get('model_name')}/{e.get('engine')}@"
         for v in (view.report or {}).get("verdicts", ()):
             if str(v.get("scope", "")).startswith(scope_prefix):

@@ -303,7 +303,7 @@ UNJUDGED = {
 }
 
 
-def littles_lines(e: Report, width: int) -> Text:
+def littles_lines(e: Report, width: int, self_widens: bool = False) -> Text:
     """Little's law, the rate that would fill the cap, busy fraction and the roofline, for one engine."""
     a = e.get("analysis") or {}
     text = Text()
@@ -327,6 +327,8 @@ def littles_lines(e: Report, width: int) -> Text:
         text.append(f"  DISAGREE{n}: a queue outside the engine?", style="bold red")
     else:
         why = UNJUDGED.get(a.get("littles_unjudged") or "")
+        if a.get("littles_unjudged") == "short-window" and self_widens:
+            why = "requests outlast the window: widening it"
         if why:
             text.append(f"  {why}{n}", style="dim")
     text.append("\n")
@@ -383,7 +385,8 @@ class LittlePanel(Panel):
         for e in engines:
             if len(engines) > 1:
                 text.append(f"{e.get('model_name')}/{e.get('engine')}\n", style="underline")
-            text.append_text(littles_lines(e, width))
+            widens = bool((self.view.report or {}).get("window_widens_to_s"))
+            text.append_text(littles_lines(e, width, widens))
         return text
 
 

@@ -100,3 +100,24 @@ def test_the_gap_between_duty_and_sm_active_is_named_by_what_the_gpu_does() -> N
     assert gap_words(0.98, 0.87, memory_bound).startswith("memory-bound")
     assert "launch-bound" in gap_words(0.6, 0.05, None)
     assert "too small to fill" in gap_words(0.99, 0.29, None)
+
+
+async def test_the_engine_detail_shows_the_cache_keys_that_matter_and_c_shows_the_rest(
+    tmp_path: Path,
+) -> None:
+    from tui_helpers import FIXTURES
+
+    app = HeadroomApp(
+        ReplayFeed(FIXTURES / "seq-cap.jsonl", speed=0), autostart=False, preload=1000
+    )
+    async with app.run_test(size=(140, 60)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, EngineDetailScreen)
+        text = visible(app)
+        assert "num_gpu_blocks=28693" in text and "mamba_cache_mode" not in text
+        assert "more: c shows them" in text
+        await pilot.press("c")
+        await pilot.pause()
+        assert "mamba_cache_mode=none" in visible(app)
