@@ -227,3 +227,39 @@ def test_gpu_metrics_are_dcgm_exporter_format(sim: SimHandle) -> None:
 def test_a_bad_config_dict_is_refused_before_starting() -> None:
     with pytest.raises(SimConfigError, match="unknown key engine.max_num_seqz"):
         start_sim(scenario="idle", config={"engine": {"max_num_seqz": 4}})
+
+
+def test_clients_that_leave_mid_stream_leave_no_traceback(sim: SimHandle) -> None:
+    """A sweep's step ends with streams cut off: normal for a server, so its log stays quiet
+    (it once printed an aiohttp traceback per stream) and the engine frees the slots."""
+    import socket
+    import time
+
+    host, port = sim.url.removeprefix("http://").split(":")
+    body = (
+        b'{"model": "%s", "prompt": "hi", "max_tokens": 2000, "stream": true, "ignore_eos": true}'
+    )
+    for _ in range(8):
+        s = socket.create_connection((host, int(port)))
+        payload = body % MODEL.encode()
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        s.close()  # gone mid-stream
+    deadline = time.monotonic() + 20
+    running = None
+    while time.monotonic() < deadline:
+        text = httpx.get(sim.url + "/metrics", timeout=5).text
+        running = next(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("vllm:num_requests_running{")
+        )
+        if running == 0:
+            break
+        time.sleep(0.2)
+    assert running == 0
+    log = Path(sim.log_path).read_text()
+    assert "Traceback" not in log and "ClientConnectionResetError" not in log, log[-2000:]

@@ -121,3 +121,24 @@ async def test_the_engine_detail_shows_the_cache_keys_that_matter_and_c_shows_th
         await pilot.press("c")
         await pilot.pause()
         assert "mamba_cache_mode=none" in visible(app)
+
+
+async def test_every_panel_shows_the_same_request_rate() -> None:
+    """The starved demo once said "now 1.4 req/s" in its fix and "now 0.4 req/s" a few lines
+    below: the engine panel, the capacity line and the fix now show one figure."""
+    import re
+
+    from tui_helpers import FIXTURES
+
+    app = HeadroomApp(
+        ReplayFeed(FIXTURES / "starved.jsonl", speed=0), autostart=False, preload=1000
+    )
+    async with app.run_test(size=(200, 80)) as pilot:
+        await pilot.pause()
+        text = visible(app)
+    assert app.view.report is not None and app.view.report["verdicts"][0]["cause"] == "starved"
+    panel = re.findall(r"req/s (\d[\d.]*)", text)
+    now = re.findall(r"now (\d[\d.]*) req/s", text)
+    little = re.findall(r"vs (\d[\d.]*) req/s x", text)
+    assert panel and len(now) >= 2 and little, text
+    assert len(set(panel + now + little)) == 1, (panel, now, little)
