@@ -558,7 +558,7 @@ HELP = [
     ("q", "quit"),
     ("p / space", "pause or resume the display (a replay stops advancing)"),
     ("tab / shift+tab", "move between panels"),
-    ("enter", "detail of the focused GPU or engine panel"),
+    ("enter", "detail of the focused panel (the engine's when none is)"),
     ("g / e", "detail of the first GPU / engine"),
     ("escape", "back to the main screen"),
     ("+ / -", "faster / slower: the sampling interval, or a replay's speed"),
