@@ -53,6 +53,8 @@ GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("headroom_gpu_memory_total_bytes", "memory_total_bytes", "Device memory in all."),
     ("headroom_gpu_pcie_transmit_bytes_per_second", "pcie_tx_bytes_per_s", "PCIe transmit."),
     ("headroom_gpu_pcie_receive_bytes_per_second", "pcie_rx_bytes_per_s", "PCIe receive."),
+    ("headroom_gpu_pcie_peak_bytes_per_second", "pcie_peak_bytes_per_s", "The PCIe link's peak, one direction (its generation and width)."),
+    ("headroom_gpu_nvidia_smi_utilization_ratio", "driver_util", "NVML's utilization.gpu as nvidia-smi shows it (counts copies; headroom_gpu_utilization_ratio counts kernels)."),
     ("headroom_gpu_nvlink_transmit_bytes_per_second", "nvlink_tx_bytes_per_s", "NVLink transmit."),
     ("headroom_gpu_nvlink_receive_bytes_per_second", "nvlink_rx_bytes_per_s", "NVLink receive."),
 )  # fmt: skip

@@ -51,7 +51,37 @@ def gpu_json(g: GpuWindow) -> dict[str, Any]:
         "nvlink_rx_bytes_per_s": _r(g.nvlink_rx_bytes_per_s, 0),
         "mig_parent": g.mig_parent,
         "labels": dict(g.labels),
+        "pcie_peak_bytes_per_s": _r(g.pcie_peak_bytes_per_s, 0),
+        "driver_util": _r(g.driver_util),
+        "util_note": util_note(g),
     }
+
+
+# Past this, headroom's duty cycle and nvidia-smi's differ enough that users ask why.
+UTIL_NOTE_GAP = 0.2
+
+
+def util_note(g: GpuWindow) -> str | None:
+    """Why headroom's duty cycle and nvidia-smi's utilization.gpu differ, where they do."""
+    if g.util is None or g.driver_util is None or abs(g.driver_util - g.util) <= UTIL_NOTE_GAP:
+        return None
+    if g.driver_util > g.util:
+        pcie, peak = g.pcie_bytes_per_s, g.pcie_peak_bytes_per_s
+        moving = (
+            f" (PCIe moves {pcie / 1e9:.0f} GB/s{f' of {peak / 1e9:.0f}' if peak else ''})"
+            if pcie
+            else ""
+        )
+        return (
+            f"nvidia-smi's utilization.gpu reads {100 * g.driver_util:.0f}% against headroom's "
+            f"{100 * g.util:.0f}%: the driver counts copy-engine work as busy{moving}, "
+            "headroom's duty cycle (GPM graphics activity) counts kernels only"
+        )
+    return (
+        f"nvidia-smi's utilization.gpu reads {100 * g.driver_util:.0f}% against headroom's "
+        f"{100 * g.util:.0f}%: the driver's is a point sample of a bursty load, headroom's "
+        "covers the whole span"
+    )
 
 
 def engine_json(e: EngineWindow) -> dict[str, Any]:

@@ -51,6 +51,13 @@ class GpuSample:
     pcie_rx_bytes_per_s: float | None = None
     nvlink_tx_bytes_per_s: float | None = None
     nvlink_rx_bytes_per_s: float | None = None
+    # The PCIe link's generation and lane count (its most, not the idle downshift): the
+    # link's peak, against which host transfers are judged.
+    pcie_link_gen: int | None = None
+    pcie_link_width: int | None = None
+    # NVML's utilization.gpu, what nvidia-smi shows, where util comes from elsewhere (GPM's
+    # graphics activity counts kernels only; the driver's figure also counts copies).
+    driver_util: float | None = None
     # MIG: the parent GPU's index when this is a MIG instance.
     mig_parent: int | None = None
     # Extra labels kept from the source (dcgm-exporter's pod, namespace, ...).

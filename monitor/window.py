@@ -144,13 +144,38 @@ class GpuWindow:
     mig_parent: int | None
     labels: tuple[tuple[str, str], ...]
     samples: int
+    pcie_link_gen: int | None = None
+    pcie_link_width: int | None = None
+    driver_util: float | None = None
+
+    @property
+    def pcie_peak_bytes_per_s(self) -> float | None:
+        """One direction's peak of the link, from its generation and width."""
+        return pcie_peak_bytes_per_s(self.pcie_link_gen, self.pcie_link_width)
+
+    @property
+    def pcie_bytes_per_s(self) -> float | None:
+        """The busier direction's throughput (host to device is rx on the GPU)."""
+        both = [v for v in (self.pcie_tx_bytes_per_s, self.pcie_rx_bytes_per_s) if v is not None]
+        return max(both) if both else None
+
+
+# Usable bytes/s per lane and direction, by PCIe generation: the transfer rate less line
+# coding (8b/10b to Gen 2, 128b/130b from Gen 3; Gen 6's FLIT mode counted as Gen 5 x2).
+_PCIE_LANE_BYTES = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.877e9}
+
+
+def pcie_peak_bytes_per_s(gen: int | None, width: int | None) -> float | None:
+    if gen is None or width is None or gen not in _PCIE_LANE_BYTES or width <= 0:
+        return None
+    return _PCIE_LANE_BYTES[gen] * width
 
 
 _GPU_MEANS = (
     "util", "mem_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
     "fp16_active", "fp32_active", "power_watts", "sm_clock_hz", "temperature_c",
     "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
-    "nvlink_rx_bytes_per_s",
+    "nvlink_rx_bytes_per_s", "driver_util",
 )  # fmt: skip
 
 
@@ -177,6 +202,8 @@ def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
         mig_parent=last.mig_parent,
         labels=last.labels,
         samples=len(samples),
+        pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
+        pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
         **means,
     )
 

@@ -20,7 +20,7 @@ from monitor.diagnosis import figures as fig
 from monitor.diagnosis.client_rules import client_limited
 from monitor.diagnosis.comm_rules import busy_gpus, comm_bound
 from monitor.diagnosis.cpu_rules import cpu_bound_box, cpu_bound_engine
-from monitor.diagnosis.gpu_rules import launch_bound, saturated
+from monitor.diagnosis.gpu_rules import launch_bound, saturated, transfer_bound
 from monitor.diagnosis.idle_rules import box_idle, engine_idle, gpu_idle, idle_gpus
 from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict
 from monitor.diagnosis.scheduler_rules import kv_cap, seq_cap, starved, token_cap
@@ -48,6 +48,8 @@ _RANK = {
     "seq-cap": 3,
     "token-cap": 4,
     "launch-bound": 5,
+    "small-kernels": 5,
+    "transfer-bound": 5,
     "cpu-bound": 6,
     "starved": 7,
     "comm-bound": 8,
@@ -247,7 +249,7 @@ def diagnose(
         for g in window.gpus:
             if g.index in waiting_on_links:
                 continue
-            for check in (launch_bound, saturated):
+            for check in (transfer_bound, launch_bound, saturated):
                 v = check(ctx, g)
                 if v is not None:
                     verdicts.append(v)

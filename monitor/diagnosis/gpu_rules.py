@@ -50,6 +50,41 @@ def launch_bound(ctx: Context, g: GpuWindow) -> Verdict | None:
     )
 
 
+def transfer_bound(ctx: Context, g: GpuWindow) -> Verdict | None:
+    """PCIe near the link's peak while the SMs idle: the GPU waits on host transfers."""
+    th = ctx.th
+    pcie, peak = g.pcie_bytes_per_s, g.pcie_peak_bytes_per_s
+    if pcie is None or peak is None or g.sm_active is None:
+        return None
+    if pcie < th.transfer_share_min * peak or g.sm_active >= th.transfer_sm_max:
+        return None
+    way = (
+        "host to GPU"
+        if (g.pcie_rx_bytes_per_s or 0) >= (g.pcie_tx_bytes_per_s or 0)
+        else ("GPU to host")
+    )
+    evidence = [
+        ev("pcie_bytes_per_s", pcie, round(th.transfer_share_min * peak), ">=", "B/s"),
+        ev("pcie_peak_bytes_per_s", peak, unit="B/s"),
+        ev("sm_active", g.sm_active, th.transfer_sm_max, "<", "ratio"),
+        ev("util", g.util, unit="ratio"),
+        ev("driver_util", g.driver_util, unit="ratio"),
+    ]
+    link = f"Gen{g.pcie_link_gen} x{g.pcie_link_width}"
+    return make_verdict(
+        "transfer-bound",
+        0.85,
+        gpu_scope(g),
+        evidence,
+        "keep data on the GPU; pin host memory and overlap copies with compute on separate "
+        "streams; fewer, larger transfers; in a serving engine, look for CPU offload of "
+        "weights or KV (--cpu-offload-gb, swap space) and host-side pre- or post-processing",
+        f"Transfer-bound: PCIe carries {pcie / 1e9:.0f} GB/s {way}, {pct(pcie / peak)} of the "
+        f"{link} link's {peak / 1e9:.0f} GB/s, while SMs are {pct(g.sm_active)} active: the "
+        "GPU waits on host transfers.",
+    )
+
+
 _COMPUTE_FIX = (
     "the GPU is saturated on compute: more load only adds latency; for more throughput use "
     "lower precision (fp8), faster kernels, or more GPUs"
@@ -82,14 +117,15 @@ def dram_dominates(g: GpuWindow, th: Thresholds) -> bool:
 
 
 _SMALL_KERNEL_FIX = (
-    "more work per kernel: larger batches (more concurrent sequences), fused kernels"
+    "more work per kernel: fuse kernels (torch.compile), batch more (more concurrency, raise "
+    "--max-num-seqs), and for a small model, less tensor parallelism"
 )
 
 
 def busy_unfilled(ctx: Context, g: GpuWindow) -> Verdict | None:
     """A GPU busy by duty cycle whose SMs are not saturated (util >= util_saturated,
     SM active < sm_active_high): memory-bound when DRAM dominates, else, when kernels run
-    without gaps, kernels too small to fill the SMs (said as unknown: no cause fits)."""
+    without gaps, kernels too small to fill the SMs (small-kernels)."""
     th = ctx.th
     assert g.util is not None and g.sm_active is not None  # saturated() checked them
     tensor, dram = g.tensor_active, g.dram_active
@@ -122,8 +158,8 @@ def busy_unfilled(ctx: Context, g: GpuWindow) -> Verdict | None:
     ):
         return None  # busy tensor cores or bus with idle SMs: no single story fits
     return make_verdict(
-        "unknown",
-        0.5,
+        "small-kernels",
+        0.75,
         gpu_scope(g),
         [
             ev("util", g.util, th.launch_util_max, ">=", "ratio"),

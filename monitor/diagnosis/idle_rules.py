@@ -19,8 +19,15 @@ def engine_idle(e: EngineWindow, th: Thresholds) -> bool:
     )
 
 
+def moving_data(g: GpuWindow, th: Thresholds) -> bool:
+    """Host transfers near the link's peak: a GPU waiting on copies is not idle, though no
+    kernel runs (GPM's duty cycle counts kernels only)."""
+    pcie, peak = g.pcie_bytes_per_s, g.pcie_peak_bytes_per_s
+    return pcie is not None and peak is not None and pcie >= th.transfer_share_min * peak
+
+
 def gpu_idle(g: GpuWindow, th: Thresholds) -> bool:
-    return g.util is not None and g.util < th.util_idle
+    return g.util is not None and g.util < th.util_idle and not moving_data(g, th)
 
 
 def box_idle(ctx: Context) -> Verdict | None:

@@ -47,6 +47,11 @@ class Thresholds:
     # active 0.285 (no gaps left: its kernels are too small, not too slowly launched); the
     # same step launched eagerly read 0.26, the simulator's eager engine 0.5-0.82.
     launch_util_max: float = 0.95
+    # Transfer-bound: the busier PCIe direction at least this share of the link's peak ...
+    # (the H200's pinned 256 MiB host-to-device loop read 53-54 GB/s of Gen5 x16's 63)
+    transfer_share_min: float = 0.5
+    # ... while SM active stays below this (that loop: 0.024, one small kernel per copy).
+    transfer_sm_max: float = 0.2
     # Tensor-pipe active at or above which a saturated GPU is compute-bound (matmul read 0.94).
     tensor_high: float = 0.5
     # DRAM bandwidth active at or above which a saturated GPU is memory-bound (copy read 0.89).

@@ -13,6 +13,8 @@ Cause = Literal[
     "token-cap",
     "cpu-bound",
     "launch-bound",
+    "small-kernels",
+    "transfer-bound",
     "compute-bound",
     "memory-bound",
     "comm-bound",
@@ -22,7 +24,8 @@ Cause = Literal[
 
 CAUSES: tuple[Cause, ...] = (
     "idle", "starved", "seq-cap", "kv-cap", "token-cap", "cpu-bound", "launch-bound",
-    "compute-bound", "memory-bound", "comm-bound", "client-limited", "unknown",
+    "small-kernels", "transfer-bound", "compute-bound", "memory-bound", "comm-bound",
+    "client-limited", "unknown",
 )  # fmt: skip
 
 

@@ -142,6 +142,8 @@ class _Device:
     util_due: float = 0.0
     gpm_names: list[str] = field(default_factory=list)
     gpm_request: Any = None  # the c_nvmlGpmMetricsGet_t reused every tick
+    pcie_link_gen: int | None = None
+    pcie_link_width: int | None = None
 
 
 class NvmlSource:
@@ -266,6 +268,15 @@ class NvmlSource:
             dev.gpu_instance_id = self._call(
                 key, "gpu_instance_id", nv.nvmlDeviceGetGpuInstanceId, handle
             )
+        else:
+            # The link's most (an idle link drops to Gen 1): read once, it does not change.
+            gen_fn = getattr(nv, "nvmlDeviceGetMaxPcieLinkGeneration", None)
+            width_fn = getattr(nv, "nvmlDeviceGetMaxPcieLinkWidth", None)
+            if gen_fn is not None and width_fn is not None:
+                gen = self._call(key, "pcie_gen", gen_fn, handle)
+                width = self._call(key, "pcie_width", width_fn, handle)
+                dev.pcie_link_gen = int(gen) if gen is not None else None
+                dev.pcie_link_width = int(width) if width is not None else None
 
         # Probe the per-tick fields once: what fails permanently here is never asked again.
         self._read_hot(dev)
@@ -485,6 +496,12 @@ class NvmlSource:
             rates = self._call(dev.key, "util_point", nv.nvmlDeviceGetUtilizationRates, dev.handle)
             util = rates.gpu / 100.0 if rates is not None else None
             mem_util = rates.memory / 100.0 if rates is not None else None
+        driver_util = util if dev.util_mode in ("samples", "point") else None
+        if dev.util_mode == "gpm":
+            # What nvidia-smi shows, beside GPM's kernels-only duty cycle: one point read
+            # (microseconds), so a user can see why the two differ (copies count in it).
+            rates = self._call(dev.key, "util_point", nv.nvmlDeviceGetUtilizationRates, dev.handle)
+            driver_util = rates.gpu / 100.0 if rates is not None else None
         # Without GPM, PCIe throughput stays None: nvmlDeviceGetPcieThroughput
         # sleeps ~20 ms in the driver per call (two per GPU, so 160 ms of every
         # tick on 8 GPUs) and measures only that 20 ms window -- as much a lottery
@@ -500,6 +517,9 @@ class NvmlSource:
             sm_clock_max_hz=dev.sm_clock_max_hz,
             memory_total_bytes=dev.memory_total,
             mig_parent=dev.mig_parent,
+            pcie_link_gen=dev.pcie_link_gen,
+            pcie_link_width=dev.pcie_link_width,
+            driver_util=driver_util,
             **values,
         )
 

@@ -32,6 +32,14 @@ CAUSE_WORDS: dict[str, tuple[str, str]] = {
         "Launch-bound: kernels run, but each uses a sliver of the GPU",
         "launch-bound",
     ),
+    "small-kernels": (
+        "Small kernels: busy all the time, but each kernel fills few SMs",
+        "small kernels",
+    ),
+    "transfer-bound": (
+        "Transfer-bound: the GPU waits on copies over PCIe or NVLink",
+        "transfer-bound",
+    ),
     "compute-bound": ("Saturated, compute-bound: tensor cores are busy", "compute-bound"),
     "memory-bound": ("Saturated, memory-bound: memory bandwidth is the limit", "memory-bound"),
     "comm-bound": ("Communication-bound: GPUs wait on each other", "comm-bound"),

@@ -31,6 +31,8 @@ ALERT_FOR_CAUSE = {
     "kv-cap": "KVCachePressure",
     "cpu-bound": "CPUInPath",
     "launch-bound": "LaunchBound",
+    "small-kernels": "SmallKernels",
+    "transfer-bound": "TransferBound",
 }
 
 pytestmark = pytest.mark.skipif(

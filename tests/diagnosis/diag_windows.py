@@ -64,6 +64,10 @@ def gpu(
     index: int = 0,
     name: str = "NVIDIA H200",
     occupancy: float | None = None,
+    pcie_rx: float | None = None,
+    pcie_tx: float | None = None,
+    link: tuple[int, int] | None = None,  # (PCIe generation, lanes)
+    driver_util: float | None = None,
 ) -> GpuSample:
     return GpuSample(
         index=index,
@@ -75,6 +79,11 @@ def gpu(
         sm_occupancy=occupancy,
         tensor_active=tensor,
         dram_active=dram,
+        pcie_rx_bytes_per_s=pcie_rx,
+        pcie_tx_bytes_per_s=pcie_tx,
+        pcie_link_gen=link[0] if link else None,
+        pcie_link_width=link[1] if link else None,
+        driver_util=driver_util,
     )
 
 

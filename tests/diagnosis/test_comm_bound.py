@@ -104,7 +104,7 @@ def test_single_gpu_reading_nvlink_as_zero_or_unread_is_never_comm_bound(
     # Busy, SMs half used, tensor idle: whatever it is, it is not waiting on peers.
     found = causes([rank(0, sm=0.5, tensor=0.0, dram=0.3, nvlink=nvlink)])
     assert "comm-bound" not in [c for c, _ in found]
-    assert found[0][0] == "unknown"  # the small-kernel story, as before
+    assert found[0][0] == "small-kernels"  # the small-kernel story, as before
 
 
 def test_one_gpu_with_nvlink_traffic_is_not_a_tensor_parallel_group() -> None:

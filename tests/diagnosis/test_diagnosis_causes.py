@@ -17,6 +17,13 @@ MID_GPU = gpu(0.6, 0.45, 0.3, 0.3)
 COMPUTE_GPU = gpu(1.0, 0.965, 0.937, 0.174)
 MEMORY_GPU = gpu(1.0, 0.99, 0.0, 0.886)
 TINY_GPU = gpu(0.27, 0.0004, 0.0, 0.0)
+# The H200's small step replayed as a CUDA graph: busy all the time, SMs 29% active.
+GRAPH_GPU = gpu(0.99, 0.285, 0.01, 0.02)
+# The H200's pinned host-to-device loop (256 MiB copies, one small kernel after each):
+# GPM's duty cycle 0.025, nvidia-smi's 0.99, PCIe receive 53.5 GB/s on Gen5 x16.
+H2D_GPU = gpu(
+    0.025, 0.024, 0.0, 0.03, pcie_rx=53.5e9, pcie_tx=0.2e9, link=(5, 16), driver_util=0.99
+)
 # Light decode load as the simulator's starved box reads it: steps run back to back, each
 # streams the weights for a small batch: duty cycle ~100%, DRAM busy, tensor cores idle.
 LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
@@ -123,6 +130,8 @@ CASES: list[tuple[str, dict[str, Any], Caps, str, str]] = [
         "gpu:0",
     ),
     ("memory-bound", dict(gpus=[MEMORY_GPU]), Caps(), "memory-bound", "gpu:0"),
+    ("small-kernels", dict(gpus=[GRAPH_GPU]), Caps(), "small-kernels", "gpu:0"),
+    ("transfer-bound-not-idle", dict(gpus=[H2D_GPU]), Caps(), "transfer-bound", "gpu:0"),
     (
         "client-limited-first",
         dict(gpus=[LIGHT_GPU], engine=LIGHT, load={"client_cpu_ratio": 0.97}),
@@ -200,6 +209,10 @@ BOUNDARIES: list[tuple[str, dict[str, Any], Caps, str, bool]] = [
     ("no compute below util", dict(gpus=[gpu(0.8 - E, 0.7 + E, 0.9, 0.1)]), Caps(), "compute-bound", False),
     ("no compute below sm", dict(gpus=[gpu(0.95, 0.7 - E, 0.9, 0.1)]), Caps(), "compute-bound", False),
     ("memory at dram_high", dict(gpus=[gpu(0.95, 0.9, 0.0, 0.5 + E)]), Caps(), "memory-bound", True),
+    ("transfer at share", dict(gpus=[gpu(0.02, 0.02, pcie_rx=0.5 * 63.008e9 + 1e6, link=(5, 16))]), Caps(), "transfer-bound", True),
+    ("no transfer below share", dict(gpus=[gpu(0.02, 0.02, pcie_rx=0.5 * 63.008e9 - 1e6, link=(5, 16))]), Caps(), "transfer-bound", False),
+    ("no transfer at sm max", dict(gpus=[gpu(0.3, 0.2 + E, pcie_rx=60e9, link=(5, 16))]), Caps(), "transfer-bound", False),
+    ("no transfer without the link", dict(gpus=[gpu(0.02, 0.02, pcie_rx=60e9)]), Caps(), "transfer-bound", False),
     ("no memory below dram_high", dict(gpus=[gpu(0.95, 0.9, 0.0, 0.5 - E)]), Caps(), "memory-bound", False),
     ("kv-cap at kv_full", dict(gpus=[MID_GPU], engine=dict(running=8, waiting=3, kv=0.9 + E)), Caps(), "kv-cap", True),
     ("seq-cap below kv_full", dict(gpus=[MID_GPU], engine=dict(running=8, waiting=3, kv=0.9 - E)), Caps(), "seq-cap", True),
@@ -433,3 +446,18 @@ def test_a_saturated_host_alone_is_only_a_weak_hint() -> None:
     assert d.verdicts[0].cause == "starved"
     cpu = next(v for v in d.verdicts if v.cause == "cpu-bound")
     assert cpu.confidence < Thresholds().weak_confidence
+
+
+def test_a_gpu_waiting_on_host_copies_is_named_and_the_two_duty_cycles_explained() -> None:
+    from monitor.report import build_report
+
+    w = make_window(gpus=[H2D_GPU])
+    d = diagnose(w)
+    v = d.verdicts[0]
+    assert v.cause == "transfer-bound" and "idle" not in [x.cause for x in d.verdicts]
+    assert "54 GB/s host to GPU, 85% of the Gen5 x16 link's 63 GB/s" in v.summary
+    assert "pin host memory" in v.fix and "--cpu-offload-gb" in v.fix
+    g = build_report(w, d.verdicts, d.analyses)["gpus"][0]
+    assert g["pcie_peak_bytes_per_s"] == 63_008_000_000
+    assert "the driver counts copy-engine work as busy" in g["util_note"]
+    assert "nvidia-smi's utilization.gpu reads 99% against headroom's 2%" in g["util_note"]

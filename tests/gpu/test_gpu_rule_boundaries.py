@@ -46,17 +46,17 @@ ROWS: list[tuple[str, tuple[float, float | None, float | None, float | None], st
     ("no launch at util max", (0.95 + E, 0.0, 0.0, 0.0), "launch-bound", False),
     ("launch with gaps, sm below ratio", (0.9, 0.27 - E, 0.0, 0.0), "launch-bound", True),
     ("the graph step is not launch-bound", GRAPH, "launch-bound", False),
-    # No gaps, SMs below sm_active_high (0.7), tensor and DRAM low: small kernels (unknown).
-    ("small kernels at util max", (0.95 + E, 0.0, 0.0, 0.0), "unknown", True),
-    ("no small kernels below util max", (0.95 - E, 0.5, 0.0, 0.0), "unknown", False),
-    ("small kernels below sm_active_high", (0.99, 0.7 - E, 0.1, 0.1), "unknown", True),
-    ("no small kernels at sm_active_high", (0.99, 0.7 + E, 0.1, 0.1), "unknown", False),
-    ("small kernels below tensor_high", (0.99, 0.5, 0.5 - E, 0.1), "unknown", True),
-    ("no small kernels at tensor_high", (0.99, 0.5, 0.5 + E, 0.1), "unknown", False),
+    # No gaps, SMs below sm_active_high (0.7), tensor and DRAM low: small kernels.
+    ("small kernels at util max", (0.95 + E, 0.0, 0.0, 0.0), "small-kernels", True),
+    ("no small kernels below util max", (0.95 - E, 0.5, 0.0, 0.0), "small-kernels", False),
+    ("small kernels below sm_active_high", (0.99, 0.7 - E, 0.1, 0.1), "small-kernels", True),
+    ("no small kernels at sm_active_high", (0.99, 0.7 + E, 0.1, 0.1), "small-kernels", False),
+    ("small kernels below tensor_high", (0.99, 0.5, 0.5 - E, 0.1), "small-kernels", True),
+    ("no small kernels at tensor_high", (0.99, 0.5, 0.5 + E, 0.1), "small-kernels", False),
     # DRAM 0.499 is under 3x tensor 0.2: neither memory nor ruled out by dram_high.
-    ("small kernels below dram_high", (0.99, 0.5, 0.2, 0.5 - E), "unknown", True),
-    ("no small kernels at dram_high", (0.99, 0.5, 0.2, 0.5 + E), "unknown", False),
-    ("the graph step is small kernels", GRAPH, "unknown", True),
+    ("small kernels below dram_high", (0.99, 0.5, 0.2, 0.5 - E), "small-kernels", True),
+    ("no small kernels at dram_high", (0.99, 0.5, 0.2, 0.5 + E), "small-kernels", False),
+    ("the graph step is small kernels", GRAPH, "small-kernels", True),
     # Busy GPU, SMs not saturated: memory-bound when DRAM >= dram_dominant_min (0.4) ...
     ("memory at dram_dominant_min", (0.9, 0.6, 0.0, 0.4 + E), "memory-bound", True),
     ("no memory below dram_dominant_min", (0.9, 0.6, 0.0, 0.4 - E), "memory-bound", False),
@@ -104,15 +104,14 @@ def test_dram_dominance_is_less_sure_than_a_saturated_bus() -> None:
 
 
 def test_small_kernels_verdict_says_why_and_what_to_do() -> None:
-    v = gpu_verdicts(*GRAPH)["unknown"]
-    assert v.confidence <= 0.5
+    v = gpu_verdicts(*GRAPH)["small-kernels"]
+    assert 0.5 < v.confidence < 0.9  # a named cause, hedged below a saturated GPU's
     assert (
         "the GPU is busy all the time with kernels too small to fill its SMs "
         "(util 99%, SM active 28%)" in v.summary
     )
-    assert (
-        v.fix == "more work per kernel: larger batches (more concurrent sequences), fused kernels"
-    )
+    assert "fuse kernels (torch.compile)" in v.fix and "--max-num-seqs" in v.fix
+    assert "less tensor parallelism" in v.fix
     ev = {e.name: e for e in v.evidence}
     assert (ev["util"].threshold, ev["util"].op) == (TH.launch_util_max, ">=")
     assert (ev["sm_active"].threshold, ev["sm_active"].op) == (TH.sm_active_high, "<")
@@ -135,6 +134,6 @@ def test_new_thresholds_are_configurable() -> None:
 
 
 def test_small_kernels_without_tensor_or_dram_readings_says_they_were_not_read() -> None:
-    v = gpu_verdicts(0.99, 0.2)["unknown"]
+    v = gpu_verdicts(0.99, 0.2)["small-kernels"]
     assert "(util 99%, SM active 20%)" in v.summary
     assert "tensor cores (not read) nor DRAM (not read)" in v.summary
