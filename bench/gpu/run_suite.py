@@ -28,7 +28,7 @@ WORKLOADS_PY = str(ROOT / "bench" / "gpu" / "workloads.py")
 
 ORDER = [
     "idle", "matmul", "copy", "tiny", "smallstep", "smallstep-graph",
-    "storyb", "storyb-overlap", "decode-b1", "decode-b64",
+    "storyb", "storyb-overlap", "decode-b1", "decode-b64", "h2d",
 ]  # fmt: skip
 WARMUP_S = {
     "storyb": 6.0,

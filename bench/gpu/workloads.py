@@ -88,6 +88,25 @@ def copy(args: argparse.Namespace) -> dict[str, float]:
     return {"copies": steps, "tb_per_s_read_plus_write": 2 * 2**30 * steps / dt / 1e12}
 
 
+@workload("h2d")
+def h2d(args: argparse.Namespace) -> dict[str, float]:
+    """Pinned host-to-device copies of 256 MiB, one small kernel after each: the GPU waits on
+    PCIe (what CPU offload of weights or KV does to a serving engine)."""
+    host = torch.empty(256 * 2**20, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+    x = torch.zeros(32, device="cuda")
+    running, steps = until(args.seconds), 0
+    t0 = time.monotonic()
+    while running():
+        for _ in range(10):
+            dev.copy_(host, non_blocking=True)
+            x.add_(1.0)
+        torch.cuda.synchronize()
+        steps += 10
+    dt = time.monotonic() - t0
+    return {"copies": steps, "gb_per_s": 256 * 2**20 * steps / dt / 1e9}
+
+
 @workload("tiny")
 def tiny(args: argparse.Namespace) -> dict[str, float]:
     """A 32-element add in a loop: every kernel is a launch and nothing else."""

@@ -101,6 +101,8 @@ class Scenario:
     preempt_per_s: float = 0.0
     thread_cpu: float | None = None
     caps: Caps = Caps()
+    dram: float | None = None
+    pcie_rx: float | None = None  # with a Gen5 x16 link
 
 
 SCENARIOS = [
@@ -130,6 +132,10 @@ SCENARIOS = [
     ),
     # The H200 32-element add loop: util 27%, SM active 0.04%.
     Scenario("launch-bound", util=0.27, sm_active=0.0004),
+    # The H200's CUDA-graph small step: util 99%, SM active 28.5%.
+    Scenario("small-kernels", util=0.99, sm_active=0.285, tensor=0.01, dram=0.02),
+    # The H200's pinned host-to-device loop: 53.5 GB/s of Gen5 x16's 63, SM active 2.4%.
+    Scenario("transfer-bound", util=0.025, sm_active=0.024, tensor=0.0, dram=0.03, pcie_rx=53.5e9),
     # Saturated on compute: no alert of these five should fire.
     Scenario(
         "healthy",
@@ -151,7 +157,11 @@ def snapshots(s: Scenario, n: int = 11) -> list[Snapshot]:
         if s.util is not None:
             gpus = (
                 GpuSample(0, "GPU-1", "NVIDIA H200", "nvml", util=s.util, sm_active=s.sm_active,
-                          tensor_active=s.tensor, dram_active=0.2 if s.tensor else None),
+                          tensor_active=s.tensor,
+                          dram_active=s.dram if s.dram is not None else (0.2 if s.tensor else None),
+                          pcie_rx_bytes_per_s=s.pcie_rx, pcie_tx_bytes_per_s=0.0 if s.pcie_rx else None,
+                          pcie_link_gen=5 if s.pcie_rx else None,
+                          pcie_link_width=16 if s.pcie_rx else None),
             )  # fmt: skip
         engines = ()
         if s.running is not None:
