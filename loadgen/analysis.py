@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from loadgen.schema import Goodput, Saturation, StepResult
+from loadgen.schema import Goodput, HeadroomCheck, Saturation, StepResult
 from monitor.errors import ConfigError
 
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -275,4 +275,27 @@ def find_goodput(
         requests_per_s=best.requests_per_s,
         step_index=best.index,
         reason=f"largest load meeting every SLO: {load_of(best):g}",
+    )
+
+
+def headroom_check(steps: Sequence[StepResult], sat: Saturation) -> HeadroomCheck | None:
+    """How far the first (lightest) step's headroom estimate was from the measured knee."""
+    measured = effective_steps(list(steps))
+    first = next((s for s in measured if s.headroom), None)
+    if first is None or not sat.reached or first.headroom is None:
+        return None
+    room = first.headroom
+    est_c, est_r = room.get("concurrency_at_limit"), room.get("rate_at_limit_rps")
+    if sat.concurrency is not None:
+        ratio = est_c / sat.concurrency if est_c is not None and sat.concurrency else None
+    else:
+        ratio = est_r / sat.rate if est_r is not None and sat.rate else None
+    return HeadroomCheck(
+        step_index=first.index,
+        estimated_concurrency=est_c,
+        estimated_rate_rps=est_r,
+        limit=room.get("limit"),
+        measured_concurrency=sat.concurrency,
+        measured_rate_rps=sat.rate if sat.rate is not None else sat.requests_per_s,
+        ratio=None if ratio is None else round(ratio, 3),
     )

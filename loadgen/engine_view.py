@@ -8,6 +8,7 @@ from typing import Any
 
 from loadgen.schema import GpuActivity
 from monitor.diagnosis import diagnose
+from monitor.report import engine_scope
 from monitor.window import WindowStats
 
 
@@ -41,6 +42,9 @@ class EngineView:
     verdict_confidence: float | None = None
     verdict_summary: str | None = None
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    # The first engine's headroom figure and TTFT parts over the hold (figures.engine_analysis).
+    headroom: dict[str, Any] | None = None
+    ttft_parts: dict[str, Any] | None = None
 
     @property
     def in_flight(self) -> float | None:
@@ -68,10 +72,13 @@ def engine_view(window: WindowStats) -> EngineView:
         ]
     )
     verdict = None
+    first: dict[str, Any] = {}
     if window.samples:
         diagnosis = diagnose(window)
         verdict = diagnosis.top
         verdicts = [v.to_json() for v in diagnosis.verdicts]
+        if es:
+            first = dict(diagnosis.analyses.get(engine_scope(es[0]), {}))
     else:
         verdicts = []
     return EngineView(
@@ -89,4 +96,6 @@ def engine_view(window: WindowStats) -> EngineView:
         verdict_confidence=None if verdict is None else round(verdict.confidence, 3),
         verdict_summary=None if verdict is None else verdict.summary,
         verdicts=verdicts,
+        headroom=first.get("headroom"),
+        ttft_parts=first.get("ttft_parts"),
     )

@@ -151,6 +151,26 @@ class StepResult(BaseModel):
     verdict_confidence: float | None = None
     verdict_summary: str | None = None
     verdicts: list[dict] = Field(default_factory=list)
+    # The monitor's estimate, from this step's window, of how much more load fits
+    # (factor, limit, concurrency_at_limit, rate_at_limit_rps, limits, assumes).
+    headroom: dict | None = None
+    # TTFT split: queue_s, prefill_s, engine_other_s (engine means) and outside_s, the
+    # client's TTFT p50 beyond the engine's (network, gateway, a late client).
+    ttft_parts: dict | None = None
+
+
+class HeadroomCheck(BaseModel):
+    """The first step's estimate of the saturation point against the one the sweep measured."""
+
+    step_index: int
+    estimated_concurrency: float | None = None
+    estimated_rate_rps: float | None = None
+    limit: str | None = None
+    measured_concurrency: float | None = None
+    # The offered rate at saturation (--rates), or the request rate it reached (closed loop).
+    measured_rate_rps: float | None = None
+    # estimated over measured, in the sweep's own mode (concurrency, or rate for --rates).
+    ratio: float | None = None
 
 
 class Saturation(BaseModel):
@@ -200,3 +220,4 @@ class SweepResult(BaseModel):
     goodput: Goodput | None = None
     stopped: str  # "complete", "saturated-by-errors", "interrupted", "error: ..."
     notes: list[str] = Field(default_factory=list)
+    headroom_check: HeadroomCheck | None = None

@@ -72,6 +72,7 @@ class ClientStats:
     sched_lag_max_s: float | None
     requests_started: int
     ttft_kernel_ratio: float | None = None  # share of TTFTs stamped by the kernel on arrival
+    ttft_mean_s: float | None = None
 
 
 _QS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
@@ -121,6 +122,7 @@ def client_stats(records: Iterable[RequestRecord], start: float, end: float) -> 
     rps = done / dur
     e2e_mean = _mean(e2es)
     return ClientStats(
+        ttft_mean_s=_mean(ttfts),
         duration_s=dur,
         requests_completed=done,
         requests_failed=failed,

@@ -288,6 +288,8 @@ class Sweep:
             verdict_confidence=e.verdict_confidence,
             verdict_summary=e.verdict_summary,
             verdicts=e.verdicts,
+            headroom=e.headroom,
+            ttft_parts=_with_outside(e.ttft_parts, cs.ttft_mean_s, cs.ttft["p50"]),
         )
 
     # -- the whole sweep -------------------------------------------------------------------
@@ -377,12 +379,31 @@ class Sweep:
 
     def result(self, env: EnvironmentInfo, stopped: str) -> SweepResult:
         c = self.cfg
+        saturation = analysis.find_saturation(self.steps, c.gain_threshold, c.error_threshold)
         return SweepResult(
             config=c,
             environment=env,
             steps=sorted(self.steps, key=lambda s: s.index),
-            saturation=analysis.find_saturation(self.steps, c.gain_threshold, c.error_threshold),
+            saturation=saturation,
             goodput=analysis.find_goodput(self.steps, c.slos, c.error_threshold),
             stopped=stopped,
             notes=self.notes,
+            headroom_check=analysis.headroom_check(self.steps, saturation),
         )
+
+
+def _with_outside(
+    parts: dict | None, client_mean: float | None, client_p50: float | None
+) -> dict | None:
+    """The step's TTFT parts with what the client saw beyond the engine. Means throughout:
+    they add up (queue + prefill + other + outside = the client's mean TTFT), and engine
+    histograms' medians are only as fine as their buckets."""
+    if parts is None:
+        return None
+    out = dict(parts)
+    engine = parts.get("engine_ttft_s")
+    if client_mean is not None and engine is not None:
+        out["outside_s"] = round(max(0.0, client_mean - engine), 6)
+    out["client_ttft_mean_s"] = None if client_mean is None else round(client_mean, 6)
+    out["client_ttft_p50_s"] = None if client_p50 is None else round(client_p50, 6)
+    return out

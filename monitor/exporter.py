@@ -108,6 +108,11 @@ ANALYSIS_GAUGES: tuple[tuple[tuple[str, ...], str, float, str], ...] = (
     (("gpu_ms_per_step",), "headroom_engine_gpu_seconds_per_step", 1e-3, "GPU time per engine step."),
     (("host_gap_ms_per_step",), "headroom_engine_host_gap_seconds_per_step", 1e-3, "GPU idle gap per engine step (host work not overlapped)."),
     (("engine_thread_cpu_ratio",), "headroom_engine_thread_cpu_ratio", 1.0, "Busiest engine thread, as a share of one core."),
+    (("headroom", "factor"), "headroom_engine_load_headroom_ratio", 1.0, "How many times the load can grow before the first limit (headroom_engine_first_limit names it)."),
+    (("headroom", "concurrency_at_limit"), "headroom_engine_concurrency_at_limit", 1.0, "Requests running at the first limit, by Little's law."),
+    (("headroom", "rate_at_limit_rps"), "headroom_engine_rate_at_limit_requests_per_second", 1.0, "Request rate at the first limit."),
+    (("ttft_parts", "queue_s"), "headroom_engine_ttft_queue_seconds", 1.0, "Mean time to first token spent queueing in the engine."),
+    (("ttft_parts", "prefill_s"), "headroom_engine_ttft_prefill_seconds", 1.0, "Mean time to first token spent in prefill."),
     (("roofline", "achieved_flops_per_s"), "headroom_engine_roofline_flops_per_second", 1.0, "Achieved FLOP/s (vLLM's estimate)."),
     (("roofline", "achieved_bytes_per_s"), "headroom_engine_roofline_bytes_per_second", 1.0, "Achieved device-memory bytes/s (vLLM's estimate)."),
     (("roofline", "arithmetic_intensity"), "headroom_engine_roofline_arithmetic_intensity", 1.0, "FLOP per byte moved."),
@@ -220,6 +225,11 @@ class EngineCollector(_ViewCollector):
             families[name] = GaugeMetricFamily(name, doc, labels=ENGINE_LABELS)
         for _, _, _, name, doc in CAP_GAUGES:
             families[name] = GaugeMetricFamily(name, doc, labels=(*ENGINE_LABELS, "origin"))
+        first = GaugeMetricFamily(
+            "headroom_engine_first_limit",
+            "1 for the limit the load meets first as it grows (seq-cap, kv-cap, compute, cpu, token-cap).",
+            labels=(*ENGINE_LABELS, "limit"),
+        )
         side = GaugeMetricFamily(
             "headroom_engine_roofline_side",
             "1 on the side of the roofline's ridge the engine sits (compute or memory).",
@@ -243,10 +253,15 @@ class EngineCollector(_ViewCollector):
                 elif analysis.get(inferred):
                     origin = "inferred"
                 families[name].add_metric([*labels, origin], value)
+            room = analysis.get("headroom")
+            if isinstance(room, Mapping) and room.get("limit"):
+                first.add_metric([*labels, str(room["limit"])], 1.0)
             roof = analysis.get("roofline")
             if isinstance(roof, Mapping) and roof.get("side"):
                 side.add_metric([*labels, str(roof["side"]), str(roof.get("gpu") or "")], 1.0)
         yield from (f for f in families.values() if f.samples)
+        if first.samples:
+            yield first
         if side.samples:
             yield side
 

@@ -261,6 +261,16 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         progress.message(f"saturation {sat.reason}")
+    hc = result.headroom_check
+    if hc is not None:
+        est = hc.estimated_concurrency if cfg.mode == "closed" else hc.estimated_rate_rps
+        meas = hc.measured_concurrency if cfg.mode == "closed" else hc.measured_rate_rps
+        progress.message(
+            f"headroom estimated at step {hc.step_index}: {unit} {est:.3g} before {hc.limit}; "
+            f"measured {meas:g} (estimate/measured {hc.ratio:.2f})"
+            if est is not None and meas is not None and hc.ratio is not None
+            else f"headroom estimated at step {hc.step_index}: first limit {hc.limit}"
+        )
     if result.goodput is not None:
         g = result.goodput
         gl = g.concurrency if cfg.mode == "closed" else g.rate

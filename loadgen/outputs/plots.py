@@ -14,7 +14,13 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 from loadgen.analysis import effective_steps, load_of  # noqa: E402
 from loadgen.schema import StepResult, SweepResult  # noqa: E402
 
-PLOTS = ("throughput.png", "latency.png", "latency_vs_throughput.png", "engine.png")
+PLOTS = (
+    "throughput.png",
+    "latency.png",
+    "latency_vs_throughput.png",
+    "engine.png",
+    "ttft_parts.png",
+)
 
 
 def _xs(steps: Sequence[StepResult]) -> list[float]:
@@ -156,7 +162,36 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     bx.grid(alpha=0.3)
     fig.tight_layout()
     paths.append(_save(fig, out / "engine.png"))
+    parts = [s.ttft_parts or {} for s in steps]
+    if any(p.get("engine_ttft_s") is not None for p in parts):
+        paths.append(_ttft_parts_plot(out, steps, parts, xl))
     return paths
+
+
+def _ttft_parts_plot(out: Path, steps: Sequence[StepResult], parts: list[dict], xl: str) -> Path:
+    """Where the time to first token goes at each step: a stacked bar per step."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels = [f"{load_of(s):g}" for s in steps]
+    bottom = [0.0] * len(steps)
+    for key, name, colour in (
+        ("queue_s", "queued in the engine", "tab:red"),
+        ("prefill_s", "prefill", "tab:blue"),
+        ("engine_other_s", "other in the engine", "tab:gray"),
+        ("outside_s", "outside the engine", "tab:orange"),
+    ):
+        ys = [1000 * float(p.get(key) or 0.0) for p in parts]
+        ax.bar(labels, ys, bottom=bottom, label=name, color=colour)
+        bottom = [b + y for b, y in zip(bottom, ys)]
+    client = [s.ttft_p50_s for s in steps]
+    ax.plot(labels, [1000 * c if c is not None else float("nan") for c in client], "k_",
+            markersize=18, label="client TTFT p50")  # fmt: skip
+    ax.set_xlabel(xl)
+    ax.set_ylabel("time to first token (ms)")
+    ax.set_title("Where the time to first token goes (engine means, client median)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return _save(fig, out / "ttft_parts.png")
 
 
 def _save(fig, path: Path) -> Path:

@@ -14,7 +14,16 @@ from typing import Any
 
 from monitor.diagnosis.peaks import GpuPeak, match_gpu, peak_for_key
 from monitor.diagnosis.thresholds import Caps, Thresholds
-from monitor.window import E2E, ITERATION_TOKENS, EngineWindow, GpuWindow, HostWindow
+from monitor.window import (
+    E2E,
+    ITERATION_TOKENS,
+    PREFILL,
+    QUEUE,
+    TTFT,
+    EngineWindow,
+    GpuWindow,
+    HostWindow,
+)
 
 # -- GPU ---------------------------------------------------------------------
 
@@ -348,6 +357,114 @@ def engine_thread_ratio(host: HostWindow | None) -> float | None:
     return host.busiest_thread.cpu_ratio
 
 
+# -- Where the time to first token goes ------------------------------------------
+
+
+def ttft_parts(e: EngineWindow, client_ttft_s: float | None = None) -> dict[str, Any] | None:
+    """TTFT split into queueing in the engine, prefill, and outside the engine.
+
+    Means add up (medians do not, and a histogram's median is only as fine as its buckets:
+    vLLM's queue-time buckets start at 0.3 s): ``queue_s + prefill_s + engine_other_s`` is the
+    engine's
+    mean TTFT, and ``outside_s`` what the client saw beyond it (network, gateway, a late
+    client), known only where a client's TTFT is given (a sweep's step). A part whose
+    histogram the engine lacks is None.
+    """
+    if e.histogram(TTFT) is None and e.histogram(QUEUE) is None and e.histogram(PREFILL) is None:
+        return None
+    queue, prefill, engine = e.queue_mean_s, e.prefill_mean_s, e.ttft_mean_s
+    other = None
+    if engine is not None and queue is not None and prefill is not None:
+        other = max(0.0, engine - queue - prefill)
+    outside = None
+    if client_ttft_s is not None and engine is not None:
+        outside = max(0.0, client_ttft_s - engine)
+    return {
+        "queue_s": _r(queue, 6),
+        "prefill_s": _r(prefill, 6),
+        "engine_other_s": _r(other, 6),
+        "outside_s": _r(outside, 6),
+        "engine_ttft_s": _r(engine, 6),
+    }
+
+
+def ttft_dominant(parts: dict[str, Any] | None, share: float = 0.5) -> tuple[str, float] | None:
+    """The part of the engine's TTFT that takes at least ``share`` of it, and its share."""
+    if not parts or not parts.get("engine_ttft_s"):
+        return None
+    total = parts["engine_ttft_s"]
+    for name in ("queue_s", "prefill_s"):
+        v = parts.get(name)
+        if v is not None and total > 0 and v / total >= share:
+            return name.removesuffix("_s"), v / total
+    return None
+
+
+# -- How much more load fits: the headroom figure --------------------------------
+
+HEADROOM_ASSUMES = (
+    "the same request mix (prompt and output lengths); each request's time unchanged until "
+    "the first limit; KV use, tensor work, engine CPU and tokens per step grow in proportion "
+    "to the sequences running"
+)
+
+
+def headroom_estimate(
+    e: EngineWindow,
+    gpus: Sequence[GpuWindow],
+    host: HostWindow | None,
+    cap: SeqCap,
+    budget: TokenBudget,
+    lit: Littles,
+    th: Thresholds,
+) -> dict[str, Any] | None:
+    """By how much the load can grow before the first limit, from one window.
+
+    Each limit is the factor by which running sequences can grow before it binds: the
+    sequence cap (cap / running), the KV cache (kv_full / KV used), the tensor cores
+    (saturation / tensor active), the engine thread (a full core / its share) and the token
+    budget (budget / tokens per step, prefill-heavy only). The smallest is the first; the
+    concurrency and request rate there follow by Little's law.
+    """
+    running = e.running_mean
+    if not running or running <= 0:
+        return None
+    limits: dict[str, float] = {}
+    if cap.value:
+        limits["seq-cap"] = cap.value / running
+    kv = e.kv_cache_usage_mean
+    if kv is not None and kv > 0.01:
+        limits["kv-cap"] = th.kv_full / kv
+    tensor = tensor_active_mean(gpus)
+    if tensor is not None and tensor > 0.02:
+        limits["compute"] = th.headroom_tensor_max / tensor
+    thread = engine_thread_ratio(host)
+    if thread is not None and thread >= th.headroom_cpu_min:
+        # Much of an engine step's CPU is per step, not per sequence: a lightly loaded loop
+        # says little about where the core runs out, so the CPU counts once it is busy.
+        limits["cpu"] = 1.0 / thread
+    if (
+        budget.value
+        and e.iteration_tokens_mean
+        and budget.prefill_share is not None
+        and budget.prefill_share >= th.prefill_share_min
+    ):
+        limits["token-cap"] = budget.value / e.iteration_tokens_mean
+    if not limits:
+        return None
+    limit = min(limits, key=lambda k: limits[k])
+    factor = max(1.0, limits[limit])
+    rate = lit.throughput_rps
+    return {
+        "factor": round(factor, 3),
+        "limit": limit,
+        "concurrency_at_limit": round(running * factor, 2),
+        "rate_at_limit_rps": None if rate is None else round(rate * factor, 4),
+        "limits": {k: round(max(1.0, v), 3) for k, v in sorted(limits.items())},
+        "assumes": HEADROOM_ASSUMES,
+    }
+
+
 # -- All of it, for the report -------------------------------------------------
 
 
@@ -376,6 +493,8 @@ def engine_analysis(
         gap_ms = 1000.0 * (1.0 - min(busy, 1.0)) / steps
     roof = roofline(e, gpus, caps)
     return {
+        "headroom": headroom_estimate(e, gpus, host, cap, budget, lit, th),
+        "ttft_parts": ttft_parts(e),
         "littles_in_flight": _r(lit.in_flight),
         "littles_throughput_rps": _r(lit.throughput_rps),
         "littles_latency_s": _r(lit.latency_s),

@@ -52,6 +52,12 @@ class Thresholds:
     transfer_share_min: float = 0.5
     # ... while SM active stays below this (that loop: 0.024, one small kernel per copy).
     transfer_sm_max: float = 0.2
+    # The headroom figure: the tensor-pipe activity taken as compute's ceiling (a bf16
+    # matmul loop on the H200 read 0.93-0.94: nothing real reaches 1.0).
+    headroom_tensor_max: float = 0.9
+    # ... and counts the engine thread as a limit from this share of a core on (much of a
+    # step's CPU is per step, not per sequence: the simulator's loop read 0.24 at 1 stream).
+    headroom_cpu_min: float = 0.5
     # Tensor-pipe active at or above which a saturated GPU is compute-bound (matmul read 0.94).
     tensor_high: float = 0.5
     # DRAM bandwidth active at or above which a saturated GPU is memory-bound (copy read 0.89).

@@ -271,7 +271,30 @@ class EnginePanel(Panel):
             f"TTFT p50 {fmt.seconds(e.get('ttft_p50_s'))} p95 {fmt.seconds(e.get('ttft_p95_s'))}"
             f" · ITL p50 {fmt.seconds(e.get('itl_p50_s'))} p95 {fmt.seconds(e.get('itl_p95_s'))}\n"
         )
+        parts = a.get("ttft_parts") or {}
+        if parts.get("engine_ttft_s") is not None:
+            text.append(
+                f"TTFT mean {fmt.seconds(parts.get('engine_ttft_s'))} = queue "
+                f"{fmt.seconds(parts.get('queue_s'))} + prefill {fmt.seconds(parts.get('prefill_s'))}"
+                f" + other {fmt.seconds(parts.get('engine_other_s'))}\n"
+            )
+        text.append_text(headroom_line(a.get("headroom")))
         return text
+
+
+def headroom_line(room: Report | None) -> Text:
+    """How much more load fits and which limit comes first, in one line."""
+    text = Text()
+    text.append("headroom ", style="bold")
+    if not room:
+        text.append("- (no limit can be estimated from this window)\n", style="dim")
+        return text
+    text.append(f"x{room['factor']:.3g}", style="bold green" if room["factor"] >= 1.5 else "bold")
+    text.append(
+        f" before {room['limit']}: {fmt.num(room.get('concurrency_at_limit'), '.3g')} running, "
+        f"{fmt.num(room.get('rate_at_limit_rps'), '.3g')} req/s\n"
+    )
+    return text
 
 
 def _small_pct(v: float | None) -> str:
