@@ -227,6 +227,11 @@ class EngineWindow:
     # Histogram deltas over the window, by canonical name.
     histograms: tuple[tuple[str, Histogram], ...]
     cache_config: tuple[tuple[str, str], ...]
+    # The releases whose names matched, and the fields the page lacked (see EngineSample).
+    flavour_version: str | None = None
+    missing: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Prefix-cache hits over lookups in the window (counters), else the server's own gauge.
+    prefix_cache_hit_ratio: float | None = None
 
     def histogram(self, name: str) -> Histogram | None:
         for key, hist in self.histograms:
@@ -239,6 +244,14 @@ class EngineWindow:
         if self.running_mean is None:
             return None
         return self.running_mean + (self.waiting_mean or 0.0)
+
+
+def _prefix_hit_ratio(samples: Sequence[EngineSample]) -> float | None:
+    hits = counter_increase([s.prefix_cache_hits_total for s in samples])
+    queries = counter_increase([s.prefix_cache_queries_total for s in samples])
+    if hits is not None and queries:
+        return hits / queries
+    return _mean(s.prefix_cache_hit_rate for s in samples)
 
 
 def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
@@ -298,6 +311,9 @@ def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> En
         running_series=tuple(v for v in running if v is not None),
         waiting_series=tuple(v for v in waiting if v is not None),
         histograms=tuple(sorted(deltas.items())),
+        flavour_version=last.flavour_version,
+        missing=last.missing,
+        prefix_cache_hit_ratio=_prefix_hit_ratio(samples),
         cache_config=last.cache_config,
     )
 
