@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.idle_rules import engine_idle
-from monitor.diagnosis.rule_kit import Context, ev, make_verdict, num, pct
+from monitor.diagnosis.rule_kit import Context, engine_table, ev, make_verdict, num, pct
 from monitor.diagnosis.verdict import Verdict
 from monitor.report import engine_scope
 from monitor.window import EngineWindow
@@ -57,7 +57,14 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
     if lit.slot_latency_s is not None:
         now.append(f"requests last {num(lit.slot_latency_s)} s")
     if cap.assumed:
-        now.append(f"cap assumed: vLLM's usual default of {cap.value}; give max_num_seqs")
+        table = engine_table(e)
+        if table.name == "vllm":
+            now.append(f"cap assumed: vLLM's usual default of {cap.value}; give max_num_seqs")
+        else:
+            now.append(
+                f"cap assumed: {cap.value}; give --max-num-seqs as {table.title}'s "
+                f"{table.seq_cap_setting}"
+            )
     now_text = f" ({', '.join(now)})" if now else ""
     if fill is not None:
         fix = (
@@ -99,12 +106,10 @@ def kv_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
         parts.append(f"{num(e.preemptions_per_s or 0)} preemptions/s")
     if e.waiting_mean:
         parts.append(f"{num(e.waiting_mean)} waiting")
-    fix = (
-        "give the KV cache more room: raise --gpu-memory-utilization, use --kv-cache-dtype fp8 "
-        "or lower --max-model-len"
-    )
+    table = engine_table(e)
+    fix = f"give the KV cache more room: {table.kv_room}"
     if e.running_mean:
-        fix += f"; or lower --max-num-seqs below {num(e.running_mean)} to stop preemptions"
+        fix += f"; or lower {table.seq_cap_setting} below {num(e.running_mean)} to stop preemptions"
     summary = f"KV-cache cap: {', '.join(parts)}."
     return make_verdict("kv-cap", conf, engine_scope(e), evidence, fix, summary)
 
@@ -158,7 +163,7 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     waiting = num(e.waiting_mean or 0)
     kv_text = f"; KV cache {pct(kv)} used" if kv is not None else ""
     fix = (
-        f"raise --max-num-seqs above {cap.value} (running sits at {cap.value} while "
+        f"raise {engine_table(e).seq_cap_setting} above {cap.value} (running sits at {cap.value} while "
         f"{waiting} wait{kv_text})"
     )
     summary = (
