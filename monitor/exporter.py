@@ -215,6 +215,17 @@ class EngineCollector(_ViewCollector):
             families[name] = GaugeMetricFamily(name, doc, labels=ENGINE_LABELS)
         for _, _, _, name, doc in CAP_GAUGES:
             families[name] = GaugeMetricFamily(name, doc, labels=(*ENGINE_LABELS, "origin"))
+        info = GaugeMetricFamily(
+            "headroom_engine_info",
+            "1 per engine: which server it is and the releases whose metric names matched.",
+            labels=(*ENGINE_LABELS, "flavour", "flavour_version"),
+        )
+        missing = GaugeMetricFamily(
+            "headroom_engine_metric_missing",
+            "1 for each field the engine's metrics page lacks: its series here are absent "
+            "because unknown, not 0.",
+            labels=(*ENGINE_LABELS, "flavour", "field"),
+        )
         side = GaugeMetricFamily(
             "headroom_engine_roofline_side",
             "1 on the side of the roofline's ridge the engine sits (compute or memory).",
@@ -222,6 +233,9 @@ class EngineCollector(_ViewCollector):
         )
         for e in window.engines:
             labels = [e.url, e.model_name, e.engine]
+            info.add_metric([*labels, e.flavour, e.flavour_version or ""], 1.0)
+            for field, _ in e.missing:
+                missing.add_metric([*labels, e.flavour, field], 1.0)
             _fill(families, ENGINE_GAUGES, e, labels)
             for name, quantiles, _ in ENGINE_QUANTILES:
                 for q, attr in quantiles.items():
@@ -247,8 +261,9 @@ class EngineCollector(_ViewCollector):
             if isinstance(roof, Mapping) and roof.get("side"):
                 side.add_metric([*labels, str(roof["side"]), str(roof.get("gpu") or "")], 1.0)
         yield from (f for f in families.values() if f.samples)
-        if side.samples:
-            yield side
+        for fam in (info, missing, side):
+            if fam.samples:
+                yield fam
 
 
 class HostCollector(_ViewCollector):

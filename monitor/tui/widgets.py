@@ -14,6 +14,7 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
+from monitor.report import engine_title, missing_notes
 from monitor.tui import fmt
 from monitor.tui.view import ENGINE_SOURCES, GPU_SOURCES, HOST_SOURCES, View
 
@@ -225,7 +226,10 @@ class EnginePanel(Panel):
         if e is None:
             text.append("no reading on this tick", style="dim")
             return text
-        self.border_title = f"{e.get('model_name', '?')} · engine {e.get('engine', '?')} · {fmt.short_url(e.get('url', ''))}"
+        self.border_title = (
+            f"{e.get('model_name') or '?'} · engine {e.get('engine') or '-'} · "
+            f"{fmt.short_url(e.get('url', ''))} · {engine_title(e)}"
+        )
         a = e.get("analysis") or {}
         s = self.view.engine_series
         running = e.get("running")
@@ -255,6 +259,9 @@ class EnginePanel(Panel):
         )
         kv = e.get("kv_cache_usage")
         meter(text, "KV", kv, width, s(self.key, "kv_cache_usage"), style=_kv_style(kv))
+        # A dash is unknown, not 0: say why, so a missing gauge is not read as an idle one.
+        for note in missing_notes(e):
+            text.append(note + "\n", style="yellow")
         cap_note = "unknown" if not cap else f"{cap:.0f}" + _cap_how(a)
         text.append(
             f"seq cap {cap_note} · queue: capacity {fmt.num(e.get('waiting_capacity'), '.0f')}, "
