@@ -39,6 +39,13 @@ mkdir -p "$(dirname "$DIR")" || fail "cannot create $(dirname "$DIR")"
 rm -rf "$DIR" "$DIR.sdist"
 mkdir -p "$DIR.sdist" || fail "cannot create $DIR.sdist"
 
+if [[ -z "${HEADROOM_LLAMACPP_PIP:-}" ]] && ! python3 -m pip --version >/dev/null 2>&1; then
+    # A Python without pip (Debian's, say): a throwaway venv brings one (ensurepip).
+    python3 -m venv "$DIR.sdist/pip-venv" >>"$LOG" 2>&1 \
+        || fail "no pip: python3 -m pip and python3 -m venv both failed"
+    PIP="$DIR.sdist/pip-venv/bin/python -m pip"
+fi
+
 echo "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sources..." >&2
 # The source package, not a wheel: the wheel carries a library, not the server binary.
 # pip prepares its metadata in an isolated env (scikit-build-core), which builds nothing.

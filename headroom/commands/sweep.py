@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from headroom.commands.common import add_engine_flag
 from monitor.errors import ConfigError
@@ -167,7 +168,10 @@ def config_from_args(args: argparse.Namespace, model: str, target: str):
             adaptive = False
     metrics = None
     if not args.no_engine_metrics:
-        metrics = args.vllm_metrics or f"{target}/metrics"
+        # A bare base URL lets the source find the page itself: /metrics, or the engine's
+        # own path where it serves Prometheus text elsewhere (trtllm-serve).
+        bare = urlsplit(target).path in ("", "/")
+        metrics = args.vllm_metrics or (target if bare else f"{target}/metrics")
     worker = WorkerConfig(
         target=target,
         model=model,

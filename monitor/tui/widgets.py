@@ -380,6 +380,16 @@ class LittlePanel(Panel):
         if not engines:
             text.append("no engine read", style="dim")
             return text
+        total = (self.view.report or {}).get("engines_total")
+        if total:
+            # Data-parallel ranks or several servers: what they carry together.
+            text.append(
+                f"all {total['engines']} engines: running {fmt.num(total.get('running'), '.1f')}"
+                f" · waiting {fmt.num(total.get('waiting'), '.1f')}"
+                f" · gen {fmt.si(total.get('generation_tokens_per_s'))} tok/s"
+                f" · {fmt.num(total.get('requests_per_s'), '.3g')} req/s\n",
+                style="bold",
+            )
         for e in engines:
             if len(engines) > 1:
                 text.append(f"{e.get('model_name')}/{e.get('engine')}\n", style="underline")
