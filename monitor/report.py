@@ -215,8 +215,7 @@ def render_text(report: Mapping[str, Any]) -> str:
                 f"{_fmt_ratio(e['kv_cache_usage'])} {_fmt(e['preemptions_per_s'], '9.2f')} {_fmt(e['generation_tokens_per_s'], '10.1f')}  "
                 f"{ttft:<16} {_fmt(e['itl_p50_s'], '.4f', ' s')}"
             )
-            flavour = " ".join(x for x in (e.get("flavour"), e.get("flavour_version")) if x)
-            lines.append(f"  {e['url']}  ({flavour})" if flavour else f"  {e['url']}")
+            lines.append(f"  {e['url']}  ({engine_title(e)})")
             if e.get("missing"):
                 lines.append(f"  missing: {missing_text(e)}")
             for u in e.get("analysis", {}).get("unjudged", []):

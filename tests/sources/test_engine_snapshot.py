@@ -94,7 +94,7 @@ def test_tgi_text_says_what_it_lacks(http_server, read_fixture: Callable[[str], 
     proc = snapshot(http_server.url, json_out=False)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "(tgi 1.0-3.x)" in out
+    assert "(TGI 1.0-3.x)" in out
     assert "missing: KV (none exported)" in out
     assert "cannot judge kv-cap: TGI 1.0-3.x exports no KV gauge and no preemption counter" in out
     # The fix names TGI's own setting, not vLLM's.
