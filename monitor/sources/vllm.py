@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
-from monitor.errors import ConfigError, EndpointError
+from monitor.errors import ConfigError, EndpointAnsweredError, EndpointError
 from monitor.samples import EngineSample, Histogram, SourceError
 from monitor.sources import metric_names as mn
 from monitor.sources.base import Reading
@@ -363,23 +363,35 @@ class VllmSource:
         return Reading(errors=(SourceError(self.name, display_url(self.url), message),))
 
     def _parse(self) -> tuple[tuple[EngineSample, ...], int]:
+        answered = False
         try:
-            found = engines_from_text(self._scraper.get(), self.url, self._tables)
-        except EndpointError:
-            for alt in self._alternatives:
-                scraper = Scraper(alt, self.timeout)
-                try:
-                    found = engines_from_text(scraper.get(), alt, self._tables)
-                except EndpointError:
-                    scraper.close()
-                    continue
-                log.info("%s: engine metrics found at %s", display_url(self.url), display_url(alt))
-                self._scraper.close()
-                self._scraper, self.url, self._alternatives = scraper, alt, []
-                return found
-            raise  # nothing elsewhere either: the default page's error says most
+            text = self._scraper.get()
+            answered = True
+            found = engines_from_text(text, self.url, self._tables)
+        except EndpointError as exc:
+            # Only a server that answered (a page of no engine, an HTTP error) is asked at
+            # the engines' own paths: one that is down or slow is not asked twice a tick.
+            if answered or isinstance(exc, EndpointAnsweredError):
+                elsewhere = self._try_alternatives()
+                if elsewhere is not None:
+                    return elsewhere
+            raise  # the default page's error says most
         self._alternatives = []  # the default page is an engine's: stay there
         return found
+
+    def _try_alternatives(self) -> tuple[tuple[EngineSample, ...], int] | None:
+        for alt in self._alternatives:
+            scraper = Scraper(alt, self.timeout)
+            try:
+                found = engines_from_text(scraper.get(), alt, self._tables)
+            except EndpointError:
+                scraper.close()
+                continue
+            log.info("%s: engine metrics found at %s", display_url(self.url), display_url(alt))
+            self._scraper.close()
+            self._scraper, self.url, self._alternatives = scraper, alt, []
+            return found
+        return None
 
     def read(self) -> Reading:
         try:

@@ -322,3 +322,27 @@ def test_forcing_trtllm_goes_to_its_path_first(
 def test_every_table_names_only_its_own_prefix() -> None:
     for t in mn.TABLES:
         assert all(name.startswith(t.prefix) for name in t.metric_names()), t.label
+
+
+def test_a_server_that_is_down_is_not_asked_twice_a_tick(http_server) -> None:
+    # Slow at /metrics: the engine paths elsewhere are tried only for a server that answered.
+    http_server.set("/metrics", "x 1\n", delay=1.0)
+    src = VllmSource(http_server.url, timeout=0.3)
+    try:
+        (err,) = src.read().errors
+    finally:
+        src.close()
+    assert err.message.endswith("did not answer within 0.3 s")
+    assert "/prometheus/metrics" not in http_server.hits
+
+
+def test_an_http_error_at_metrics_tries_the_engine_path(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    http_server.set("/prometheus/metrics", read_fixture("engines/trtllm-1.0.txt"))
+    src = VllmSource(http_server.url)  # /metrics answers 404 here
+    try:
+        (e,) = src.read().engines
+    finally:
+        src.close()
+    assert (e.flavour, e.flavour_version) == ("trtllm", "1.0-1.1")
