@@ -38,7 +38,8 @@ def test_snapshot_reads_slots_and_queue_and_says_what_is_missing(llama_server: A
 
 
 def test_sweep_saturates_at_the_slot_count(llama_server: Any, tmp_path: Path) -> None:
-    for attempt in range(1, 3):
+    # These machines are shared (load averages near 20 were seen): up to three runs.
+    for attempt in range(1, 4):
         out = tmp_path / f"sweep{attempt}"
         proc = headroom(
             "sweep", "--target", llama_server.url, "--concurrency", "1,2,4,8",
