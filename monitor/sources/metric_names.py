@@ -1,15 +1,19 @@
-"""The one table from canonical engine metrics to each server's Prometheus names.
+"""The tables from canonical engine metrics to each server's Prometheus names.
 
 Canonical names are the fields of ``monitor.samples.EngineSample`` (gauges and
 cumulative counters), the histogram keys of ``EngineSample.histograms``, and
-``cache_config_info``. Each flavour lists, per canonical name, the server's
-names in order of preference (the newest first, older aliases after); the first
-one present for an engine wins. A name may carry a label selector
-(``name{reason="capacity"}``) to pick some series of a family. Series that
-differ only in labels other than the engine's (``finished_reason``, ...) are
-summed.
+``cache_config_info``. Metric names drift between releases (vLLM's
+``gpu_cache_usage_perc`` became ``kv_cache_usage_perc`` and dashboards went
+silently empty), so each engine has one ``Flavour`` table per release range,
+citing the release its names were taken from. Within a table, each canonical
+name lists the server's names in order of preference; the first one present for
+an engine wins. A name may carry a label selector (``name{reason="capacity"}``)
+to pick some series of a family, or be a ratio of two (``used / max``). Series
+that differ only in labels other than the engine's (``finished_reason``, ...)
+are summed. ``FIELDS`` are the fields a page is said to lack when it has none of
+their names: missing is reported, never read as 0.
 
-Adding a server is one more ``Flavour`` entry in ``FLAVOURS``.
+Adding a server or a release range is one more table in ``TABLES``.
 """
 
 from __future__ import annotations
