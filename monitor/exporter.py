@@ -256,6 +256,8 @@ class EngineCollector(_ViewCollector):
                     origin = "assumed"
                 elif analysis.get(inferred):
                     origin = "inferred"
+                elif analysis.get(f"{key}_reported"):
+                    origin = "reported"  # exported by the engine itself
                 families[name].add_metric([*labels, origin], value)
             roof = analysis.get("roofline")
             if isinstance(roof, Mapping) and roof.get("side"):

@@ -85,6 +85,8 @@ class EngineSample:
     kv_cache_usage: float | None = None
     # A gauge 0-1 where the server keeps one (vLLM V0, SGLang, TensorRT-LLM).
     prefix_cache_hit_rate: float | None = None
+    # The sequence cap the engine reports itself (Triton); most engines do not.
+    seq_cap_reported: float | None = None
     preemptions_total: float | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None

@@ -232,6 +232,8 @@ class EngineWindow:
     missing: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Prefix-cache hits over lookups in the window (counters), else the server's own gauge.
     prefix_cache_hit_ratio: float | None = None
+    # The sequence cap the engine reports, its latest reading (None: not exported).
+    seq_cap_reported: float | None = None
 
     def histogram(self, name: str) -> Histogram | None:
         for key, hist in self.histograms:
@@ -314,6 +316,9 @@ def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> En
         flavour_version=last.flavour_version,
         missing=last.missing,
         prefix_cache_hit_ratio=_prefix_hit_ratio(samples),
+        seq_cap_reported=next(
+            (s.seq_cap_reported for s in reversed(samples) if s.seq_cap_reported), None
+        ),
         cache_config=last.cache_config,
     )
 

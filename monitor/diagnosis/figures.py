@@ -113,6 +113,7 @@ class SeqCap:
     assumed: bool  # neither given nor inferable: Thresholds.assumed_max_num_seqs
     at_cap_share: float | None  # share of queued samples with running at the cap
     queued_samples: int
+    reported: bool = False  # exported by the engine itself (Triton's max requests)
 
 
 def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds) -> SeqCap:
@@ -133,6 +134,9 @@ def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds) -> SeqCap:
 
     if caps.max_num_seqs is not None:
         return SeqCap(caps.max_num_seqs, False, False, share_at(caps.max_num_seqs), len(queued))
+    if e.seq_cap_reported is not None and e.seq_cap_reported >= 1:
+        cap = int(round(e.seq_cap_reported))
+        return SeqCap(cap, False, False, share_at(cap), len(queued), reported=True)
     if len(queued) >= th.plateau_min_samples and max(queued) >= 1:
         top = max(queued)
         share = share_at(top)
@@ -355,6 +359,7 @@ def engine_analysis(
         "slot_latency_s": _r(lit.slot_latency_s),
         "seq_cap": cap.value,
         "seq_cap_inferred": cap.inferred,
+        "seq_cap_reported": cap.reported,
         "seq_cap_assumed": cap.assumed,
         "fill_rate_rps": _r(fill),
         "queue_sustained": queue_sustained(e, th),

@@ -160,6 +160,8 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
         evidence.append(ev("waiting_capacity_mean", e.waiting_capacity_mean))
     evidence += ctx.gpu_evidence() if ctx.has_gpu else []
     how = "inferred from the plateau of running while requests wait" if cap.inferred else "given"
+    if cap.reported:
+        how = "as the engine reports it"
     waiting = num(e.waiting_mean or 0)
     kv_text = f"; KV cache {pct(kv)} used" if kv is not None else ""
     fix = (

@@ -30,6 +30,8 @@ GAUGES = (
     "waiting_deferred",
     "kv_cache_usage",
     "prefix_cache_hit_rate",
+    # The sequence cap where the engine itself exports it (Triton's max requests).
+    "seq_cap_reported",
 )
 COUNTERS = (
     "preemptions_total",
@@ -411,6 +413,8 @@ TRITON_TRTLLM = _flavour(
     {
         "running": ('nv_trt_llm_request_metrics{request_type="scheduled"}',),
         "waiting": ('nv_trt_llm_request_metrics{request_type="waiting"}',),
+        # The batch manager's capacity: its max_batch_size, the sequence cap.
+        "seq_cap_reported": ('nv_trt_llm_request_metrics{request_type="max"}',),
         "kv_cache_usage": (
             'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}',
             'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"}'

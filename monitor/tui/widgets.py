@@ -287,6 +287,8 @@ def _small_pct(v: float | None) -> str:
 def _cap_how(a: Report) -> str:
     if a.get("seq_cap_assumed"):
         return " assumed"
+    if a.get("seq_cap_reported"):
+        return " reported"
     return " inferred" if a.get("seq_cap_inferred") else ""
 
 

@@ -132,3 +132,25 @@ def test_forcing_the_wrong_engine_says_so(http_server, read_fixture: Callable[[s
     assert proc.returncode == 1
     assert "does not serve SGLang metrics (no sglang: families found)" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_triton_reports_its_own_sequence_cap(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    # Triton's batch manager exports its capacity (request_type="max"): the cap is read,
+    # not inferred. Here every one of its 64 slots runs, 6 wait and the KV cache has room.
+    page = (
+        read_fixture("engines/triton-trtllm-24.08.txt")
+        .replace('request_type="scheduled",version="1"} 30', 'request_type="scheduled",version="1"} 64')
+        .replace('kv_cache_block_type="fraction",model="tensorrt_llm",version="1"} 0.952148',
+                 'kv_cache_block_type="fraction",model="tensorrt_llm",version="1"} 0.3')
+    )  # fmt: skip
+    http_server.set("/metrics", page)
+    proc = snapshot(http_server.url)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    (e,) = report["engines"]
+    assert (e["analysis"]["seq_cap"], e["analysis"]["seq_cap_reported"]) == (64, True)
+    (v,) = [v for v in report["verdicts"] if v["cause"] == "seq-cap"]
+    assert "running sits at 64 (as the engine reports it)" in v["summary"]
+    assert "raise max_batch_size in config.pbtxt above 64" in v["fix"]
