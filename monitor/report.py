@@ -281,7 +281,7 @@ def field_text(name: str) -> str:
 
 
 def missing_text(e: Mapping[str, Any]) -> str:
-    """ "KV (none exported), TTFT (looked for vllm:time_to_first_token_seconds)"."""
+    """One line: 'KV (none exported); TTFT (looked for vllm:time_to_first_token_seconds)'."""
     parts = []
     for m in e.get("missing", []):
         names = m["looked_for"]

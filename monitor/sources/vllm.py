@@ -2,8 +2,9 @@
 
 The engine (vLLM, SGLang, TGI, TensorRT-LLM, Triton, llama.cpp) and the release
 range of its names are found from the page, or forced with ``--engine``. One
-EngineSample per (model, engine) pair, so data-parallel engines stay apart. Counters and histograms are passed on raw and cumulative: rates, resets
-and quantiles are the window's job (``monitor.window``). Which Prometheus name
+EngineSample per (model, engine) pair, so data-parallel engines stay apart.
+Counters and histograms are passed on raw and cumulative: rates, resets and
+quantiles are the window's job (``monitor.window``). Which Prometheus name
 means what lives in ``monitor.sources.metric_names``.
 """
 
@@ -159,12 +160,7 @@ def _info(series: _Series, key: Key, flavour: mn.Flavour) -> tuple[tuple[str, st
     return ()
 
 
-def _engine(
-    series: _Series,
-    key: Key,
-    url: str,
-    flavour: mn.Flavour,
-) -> EngineSample:
+def _engine(series: _Series, key: Key, url: str, flavour: mn.Flavour) -> EngineSample:
     values = {
         name: _scalar(series, key, flavour.candidates(name)) for name in mn.GAUGES + mn.COUNTERS
     }
@@ -241,7 +237,8 @@ def detect_flavour(
 ) -> tuple[mn.Flavour, int]:
     """The table with the most families present, and how many it has.
 
-    Ties go to the table listed first: each engine's newest.
+    On a tie, the table that looks for fewer families in vain; then the one listed
+    first (each engine's newest).
     """
     present = exposition.names()
     best, best_score = tables[0], (-1, 0)
