@@ -56,6 +56,8 @@ class SweepConfig(BaseModel):
     drain_timeout_s: float = 30.0
     sample_interval_s: float = 1.0
     vllm_metrics: str | None = None
+    # The engine behind vllm_metrics (vllm, sglang, tgi, ...); None: found from the page.
+    engine: str | None = None
     dcgm_exporter: str | None = None
     slos: dict[str, float] = Field(default_factory=dict)
     workers: int = 0

@@ -69,7 +69,9 @@ def build_sampler(cfg: SweepConfig, nvml: bool = False) -> tuple[Sampler, list[s
     from monitor.sources.build import build_sources
 
     urls = [cfg.vllm_metrics] if cfg.vllm_metrics else []
-    sources, notes = build_sources(vllm_urls=urls, dcgm_exporter_url=cfg.dcgm_exporter, nvml=nvml)
+    sources, notes = build_sources(
+        vllm_urls=urls, dcgm_exporter_url=cfg.dcgm_exporter, nvml=nvml, engine=cfg.engine
+    )
     return Sampler(sources, interval=cfg.sample_interval_s), list(notes)
 
 

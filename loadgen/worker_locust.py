@@ -31,6 +31,7 @@ import gevent.pool
 from gevent.fileobject import FileObjectPosix
 from gevent.monkey import get_original
 from geventhttpclient.connectionpool import ConnectionPool
+from geventhttpclient.response import HTTPConnectionClosed
 from locust import (  # importing locust patches the process for gevent
     FastHttpUser,
     LoadTestShape,
@@ -194,6 +195,12 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
         # we fire our own once the stream ends.
         resp = user.client._send_request_safe_mode("POST", user.host + STATE.path,
                                                     payload=data, headers=STATE.headers)  # fmt: skip
+        if isinstance(getattr(resp, "error", None), HTTPConnectionClosed):
+            # A pooled connection the server closed before answering: llama.cpp's server
+            # (cpp-httplib) ends each keep-alive connection after a few requests. Nothing
+            # was answered, so this is no failure of the server: send once more, afresh.
+            resp = user.client._send_request_safe_mode("POST", user.host + STATE.path,
+                                                        payload=data, headers=STATE.headers)  # fmt: skip
         if getattr(resp, "error", None) is not None or resp.status_code >= 400:
             error = _error_text(resp)
         else:

@@ -367,6 +367,7 @@ def build_agent_sources(config: AgentConfig) -> tuple[list[Source], list[str]]:
         host=config.host,
         host_pids=config.pids,
         timeout=config.timeout,
+        engine=config.engine,
     )
 
 

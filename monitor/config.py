@@ -43,6 +43,8 @@ class AgentConfig(BaseModel):
 
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     vllm: tuple[str, ...] = ()
+    # The engine behind every vllm URL (vllm, sglang, tgi, ...); None: found from the page.
+    engine: str | None = None
     dcgm_exporter: str | None = None
     interval: float = 1.0
     window: float = 10.0
@@ -90,6 +92,15 @@ class AgentConfig(BaseModel):
     def _pids(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if any(p < 1 for p in v):
             raise ValueError("process ids must be positive")
+        return v
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str | None) -> str | None:
+        from monitor.sources.metric_names import FLAVOURS
+
+        if v is not None and v not in FLAVOURS:
+            raise ValueError(f"unknown engine {v!r} (known: {', '.join(FLAVOURS)})")
         return v
 
     @field_validator("listen")

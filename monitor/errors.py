@@ -19,5 +19,9 @@ class EndpointError(HeadroomError):
     """An endpoint is down, times out, or does not serve what we expect."""
 
 
+class EndpointAnsweredError(EndpointError):
+    """The endpoint answered, with an HTTP error status: the server is up, the path may be wrong."""
+
+
 class NoDataError(HeadroomError):
     """No source produced any data."""

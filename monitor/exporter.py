@@ -230,6 +230,17 @@ class EngineCollector(_ViewCollector):
             "1 for the limit the load meets first as it grows (seq-cap, kv-cap, compute, cpu, token-cap).",
             labels=(*ENGINE_LABELS, "limit"),
         )
+        info = GaugeMetricFamily(
+            "headroom_engine_info",
+            "1 per engine: which server it is and the releases whose metric names matched.",
+            labels=(*ENGINE_LABELS, "flavour", "flavour_version"),
+        )
+        missing = GaugeMetricFamily(
+            "headroom_engine_metric_missing",
+            "1 for each field the engine's metrics page lacks: its series here are absent "
+            "because unknown, not 0.",
+            labels=(*ENGINE_LABELS, "flavour", "field"),
+        )
         side = GaugeMetricFamily(
             "headroom_engine_roofline_side",
             "1 on the side of the roofline's ridge the engine sits (compute or memory).",
@@ -237,6 +248,9 @@ class EngineCollector(_ViewCollector):
         )
         for e in window.engines:
             labels = [e.url, e.model_name, e.engine]
+            info.add_metric([*labels, e.flavour, e.flavour_version or ""], 1.0)
+            for field, _ in e.missing:
+                missing.add_metric([*labels, e.flavour, field], 1.0)
             _fill(families, ENGINE_GAUGES + ENGINE_QUANTILES, e, labels)
             analysis = analyses.get(engine_scope(e), {})
             for path, name, scale, _ in ANALYSIS_GAUGES:
@@ -252,6 +266,8 @@ class EngineCollector(_ViewCollector):
                     origin = "assumed"
                 elif analysis.get(inferred):
                     origin = "inferred"
+                elif analysis.get(f"{key}_reported"):
+                    origin = "reported"  # exported by the engine itself
                 families[name].add_metric([*labels, origin], value)
             room = analysis.get("headroom")
             if isinstance(room, Mapping) and room.get("limit"):
@@ -260,10 +276,9 @@ class EngineCollector(_ViewCollector):
             if isinstance(roof, Mapping) and roof.get("side"):
                 side.add_metric([*labels, str(roof["side"]), str(roof.get("gpu") or "")], 1.0)
         yield from (f for f in families.values() if f.samples)
-        if first.samples:
-            yield first
-        if side.samples:
-            yield side
+        for fam in (info, missing, first, side):
+            if fam.samples:
+                yield fam
 
 
 class HostCollector(_ViewCollector):

@@ -108,7 +108,7 @@ def _hist_from_dict(d: Mapping[str, Any]) -> Histogram:
     )
 
 
-_ENGINE_TEXT = ("url", "model_name", "engine", "flavour", "reported_caps_origin")
+_ENGINE_TEXT = ("url", "model_name", "engine", "flavour", "flavour_version", "reported_caps_origin")
 
 
 def _engine_to_dict(e: EngineSample) -> dict[str, Any]:
@@ -119,6 +119,8 @@ def _engine_to_dict(e: EngineSample) -> dict[str, Any]:
             d[name] = [[k, _hist_to_dict(h)] for k, h in value]
         elif name == "cache_config":
             d[name] = [list(p) for p in value]
+        elif name == "missing":
+            d[name] = [[f, list(names)] for f, names in value]
         elif name in _ENGINE_TEXT:
             d[name] = value
         else:
@@ -136,6 +138,8 @@ def _engine_from_dict(d: Mapping[str, Any]) -> EngineSample:
             kw[name] = tuple((k, _hist_from_dict(h)) for k, h in value)
         elif name == "cache_config":
             kw[name] = _pairs(value)
+        elif name == "missing":
+            kw[name] = tuple((str(f), tuple(str(n) for n in names)) for f, names in value)
         elif name in _ENGINE_TEXT:
             kw[name] = value
         else:

@@ -90,6 +90,9 @@ def engine_json(e: EngineWindow) -> dict[str, Any]:
         "model_name": e.model_name,
         "engine": e.engine,
         "flavour": e.flavour,
+        "flavour_version": e.flavour_version,
+        # What the page lacks: a field here is unknown, not 0.
+        "missing": [{"field": f, "looked_for": list(names)} for f, names in e.missing],
         "running": _r(e.running_mean, 3),
         "running_max": _r(e.running_max, 3),
         "waiting": _r(e.waiting_mean, 3),
@@ -118,9 +121,33 @@ def engine_json(e: EngineWindow) -> dict[str, Any]:
         "flops_per_s": _r(e.flops_per_s, 0),
         "read_bytes_per_s": _r(e.read_bytes_per_s, 0),
         "write_bytes_per_s": _r(e.write_bytes_per_s, 0),
+        "prefix_cache_hit_ratio": _r(e.prefix_cache_hit_ratio),
         "cache_config": dict(e.cache_config),
         "samples": e.samples,
     }
+
+
+# Summed over engines (data-parallel ranks, several servers): counts and rates add up.
+_TOTALS = (
+    ("running", "running_mean"),
+    ("waiting", "waiting_mean"),
+    ("generation_tokens_per_s", "generation_tokens_per_s"),
+    ("prompt_tokens_per_s", "prompt_tokens_per_s"),
+    ("requests_per_s", "requests_per_s"),
+    ("preemptions_per_s", "preemptions_per_s"),
+)
+
+
+def engines_total(engines: Sequence[EngineWindow]) -> dict[str, Any] | None:
+    """The sum over engines, or None for fewer than two. A figure some engine lacks is
+    None: a partial sum would read as the whole."""
+    if len(engines) < 2:
+        return None
+    out: dict[str, Any] = {"engines": len(engines)}
+    for key, attr in _TOTALS:
+        values = [getattr(e, attr) for e in engines]
+        out[key] = None if any(v is None for v in values) else _r(sum(values), 3)
+    return out
 
 
 def host_json(h: HostWindow) -> dict[str, Any]:
@@ -160,6 +187,7 @@ def build_report(
         "samples": window.samples,
         "gpus": [gpu_json(g) for g in window.gpus],
         "engines": engines,
+        "engines_total": engines_total(window.engines),
         "host": host_json(window.host) if window.host is not None else None,
         "load": dict(window.load),
         "errors": [
@@ -207,14 +235,28 @@ def render_text(report: Mapping[str, Any]) -> str:
             "engine                         running waiting (cap)   KV  preempt/s  gen tok/s  TTFT p50/p95   ITL p50"
         )
         for e in report["engines"]:
-            label = f"{e['model_name']}/{e['engine']}"[:30]
+            label = f"{e['model_name']}/{e['engine']}"
+            if label == "/":  # a server with no model or rank labels (TGI, llama.cpp)
+                label = engine_title(e)
+            label = label[:30]
             ttft = f"{_fmt(e['ttft_p50_s'], '.3f')}/{_fmt(e['ttft_p95_s'], '.3f')} s"
             lines.append(
                 f"{label:<30} {_fmt(e['running'], '7.1f')} {_fmt(e['waiting'], '7.1f')} ({_fmt(e['waiting_capacity'], '.0f')}) "
                 f"{_fmt_ratio(e['kv_cache_usage'])} {_fmt(e['preemptions_per_s'], '9.2f')} {_fmt(e['generation_tokens_per_s'], '10.1f')}  "
                 f"{ttft:<16} {_fmt(e['itl_p50_s'], '.4f', ' s')}"
             )
-            lines.append(f"  {e['url']}")
+            lines.append(f"  {e['url']}  ({engine_title(e)})")
+            if e.get("missing"):
+                lines.append(f"  missing: {missing_text(e)}")
+            for u in e.get("analysis", {}).get("unjudged", []):
+                lines.append(f"  cannot judge {u['cause']}: {u['why']}")
+        total = report.get("engines_total")
+        if total:
+            lines.append(
+                f"{'total (' + str(total['engines']) + ' engines)':<30} {_fmt(total['running'], '7.1f')} "
+                f"{_fmt(total['waiting'], '7.1f')}     {'':>6} {_fmt(total['preemptions_per_s'], '9.2f')} "
+                f"{_fmt(total['generation_tokens_per_s'], '10.1f')}"
+            )
     else:
         lines.append("engines: none read")
     host = report.get("host")
@@ -245,6 +287,67 @@ def render_text(report: Mapping[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+_FIELD_TEXT = {
+    "running": "running",
+    "waiting": "waiting",
+    "kv_cache_usage": "KV",
+    "preemptions": "preemptions",
+    "prompt_tokens": "prompt tokens",
+    "generation_tokens": "generated tokens",
+    "requests_completed": "completions",
+    "ttft": "TTFT",
+    "itl": "ITL",
+    "e2e_latency": "e2e latency",
+    "queue_time": "queue time",
+    "prefix_cache_hits": "prefix-cache hits",
+    "step_tokens": "tokens per step",
+}
+
+
+def field_text(name: str) -> str:
+    return _FIELD_TEXT.get(name, name)
+
+
+def missing_text(e: Mapping[str, Any]) -> str:
+    """One line: 'KV (none exported); TTFT (looked for vllm:time_to_first_token_seconds)'."""
+    parts = []
+    for m in e.get("missing", []):
+        names = m["looked_for"]
+        why = "looked for " + ", ".join(names) if names else "none exported"
+        parts.append(f"{field_text(m['field'])} ({why})")
+    return "; ".join(parts)
+
+
+_SHORT = {"running": "running", "waiting": "waiting", "kv_cache_usage": "KV", "ttft": "TTFT"}
+_GAUGE = {"running": "running gauge", "waiting": "queue gauge", "kv_cache_usage": "KV gauge"}
+
+
+def engine_title(e: Mapping[str, Any]) -> str:
+    """ "TGI 1.0-3.x": the engine and the releases its names matched."""
+    from monitor.sources.metric_names import table
+
+    t = table(e.get("flavour") or "", e.get("flavour_version"))
+    if t is None:
+        return str(e.get("flavour") or "engine")
+    # No version (a recording from before versions were kept): claim no release range.
+    return t.label if e.get("flavour_version") else t.title
+
+
+def missing_notes(e: Mapping[str, Any]) -> list[str]:
+    """One line per headline field the engine's page lacks: "KV -: TGI 1.0-3.x exports no KV gauge"."""
+    out = []
+    for m in e.get("missing", []):
+        short = _SHORT.get(m["field"])
+        if short is None:
+            continue
+        what = _GAUGE.get(m["field"], "histogram")
+        if m["looked_for"]:
+            out.append(f"{short} -: {', '.join(m['looked_for'])} not on the page")
+        else:
+            out.append(f"{short} -: {engine_title(e)} exports no {what}")
+    return out
 
 
 def error_line(err: Mapping[str, Any]) -> str:

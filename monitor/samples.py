@@ -90,6 +90,10 @@ class EngineSample:
     waiting_capacity: float | None = None
     waiting_deferred: float | None = None
     kv_cache_usage: float | None = None
+    # A gauge 0-1 where the server keeps one (vLLM V0, SGLang, TensorRT-LLM).
+    prefix_cache_hit_rate: float | None = None
+    # The sequence cap the engine reports itself (Triton); most engines do not.
+    seq_cap_reported: float | None = None
     preemptions_total: float | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
@@ -98,6 +102,8 @@ class EngineSample:
     estimated_flops_total: float | None = None
     estimated_read_bytes_total: float | None = None
     estimated_write_bytes_total: float | None = None
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
     histograms: tuple[tuple[str, Histogram], ...] = ()
     # vllm:cache_config_info labels (block_size, num_gpu_blocks, ...).
     cache_config: tuple[tuple[str, str], ...] = ()
@@ -108,6 +114,11 @@ class EngineSample:
     reported_max_num_seqs: float | None = None
     reported_max_num_batched_tokens: float | None = None
     reported_caps_origin: str = ""
+    # The releases whose name table matched the page ("0.10.2+ (V1)"); None if unknown.
+    flavour_version: str | None = None
+    # (field, server names looked for) for each field the page did not give; no names:
+    # this server exports none for it.
+    missing: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def histogram(self, name: str) -> Histogram | None:
         for key, hist in self.histograms:

@@ -258,6 +258,13 @@ class EngineWindow:
     reported_max_num_seqs: int | None = None
     reported_max_num_batched_tokens: int | None = None
     reported_caps_origin: str = ""
+    # The releases whose names matched, and the fields the page lacked (see EngineSample).
+    flavour_version: str | None = None
+    missing: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Prefix-cache hits over lookups in the window (counters), else the server's own gauge.
+    prefix_cache_hit_ratio: float | None = None
+    # The sequence cap the engine reports, its latest reading (None: not exported).
+    seq_cap_reported: float | None = None
 
     def histogram(self, name: str) -> Histogram | None:
         for key, hist in self.histograms:
@@ -270,6 +277,14 @@ class EngineWindow:
         if self.running_mean is None:
             return None
         return self.running_mean + (self.waiting_mean or 0.0)
+
+
+def _prefix_hit_ratio(samples: Sequence[EngineSample]) -> float | None:
+    hits = counter_increase([s.prefix_cache_hits_total for s in samples])
+    queries = counter_increase([s.prefix_cache_queries_total for s in samples])
+    if hits is not None and queries:
+        return hits / queries
+    return _mean(s.prefix_cache_hit_rate for s in samples)
 
 
 def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
@@ -329,6 +344,12 @@ def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> En
         running_series=tuple(v for v in running if v is not None),
         waiting_series=tuple(v for v in waiting if v is not None),
         histograms=tuple(sorted(deltas.items())),
+        flavour_version=last.flavour_version,
+        missing=last.missing,
+        prefix_cache_hit_ratio=_prefix_hit_ratio(samples),
+        seq_cap_reported=next(
+            (s.seq_cap_reported for s in reversed(samples) if s.seq_cap_reported), None
+        ),
         cache_config=last.cache_config,
         reported_max_num_seqs=_int_or_none(last.reported_max_num_seqs),
         reported_max_num_batched_tokens=_int_or_none(last.reported_max_num_batched_tokens),

@@ -8,11 +8,12 @@ import signal
 import threading
 from typing import Any
 
+from headroom.commands.common import add_engine_flag
 from monitor.config import DEFAULT_PORT
 
 # Flags default to None so the config layers underneath (environment, file) show through.
 _FLAG_FIELDS = (
-    "listen", "vllm", "dcgm_exporter", "interval", "window", "timeout", "stale_after",
+    "listen", "vllm", "engine", "dcgm_exporter", "interval", "window", "timeout", "stale_after",
     "max_num_seqs", "max_num_batched_tokens", "gpu_model", "thresholds", "web_config",
     "pids", "nvml", "gpm", "dcgm", "host",
 )  # fmt: skip
@@ -40,7 +41,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="Prometheus web-config file: tls_server_config and basic_auth_users (bcrypt)",
     )
     g = p.add_argument_group("sources")
-    g.add_argument("--vllm", metavar="URL", action="append", help="a vLLM server; repeatable")
+    g.add_argument(
+        "--vllm",
+        "--engine-url",
+        dest="vllm",
+        metavar="URL",
+        action="append",
+        help="a serving engine's metrics (vLLM, SGLang, TGI, TensorRT-LLM, llama.cpp); repeatable",
+    )
+    add_engine_flag(g)
     g.add_argument("--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics endpoint")
     g.add_argument("--no-nvml", dest="nvml", action="store_const", const=False, help="skip NVML")
     g.add_argument(

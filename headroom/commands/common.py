@@ -12,11 +12,17 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sources")
     g.add_argument(
         "--vllm",
+        "--engine-url",
+        dest="vllm",
         metavar="URL",
         action="append",
         default=[],
-        help="a vLLM server (base URL or its /metrics); repeat for several",
+        help=(
+            "a serving engine's metrics: vLLM, SGLang, TGI, TensorRT-LLM (trtllm-serve), Triton "
+            "with TensorRT-LLM or llama.cpp (base URL or the metrics page); repeat for several"
+        ),
     )
+    add_engine_flag(g)
     g.add_argument("--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics endpoint")
     g.add_argument("--dcgm", action="store_true", help="read GPUs through DCGM's pydcgm bindings")
     g.add_argument("--no-nvml", action="store_true", help="do not read GPUs through NVML")
@@ -27,9 +33,20 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         action="append",
         default=[],
-        help="an engine process to watch (default: found from the vLLM port)",
+        help="an engine process to watch (default: found from the engine's port)",
     )
     g.add_argument("--timeout", type=float, default=2.0, help="HTTP timeout in seconds (default 2)")
+
+
+def add_engine_flag(g: argparse._ActionsContainer) -> None:
+    from monitor.sources.metric_names import FLAVOURS
+
+    g.add_argument(
+        "--engine",
+        metavar="NAME",
+        choices=list(FLAVOURS),
+        help=f"the engine behind the URLs ({', '.join(FLAVOURS)}; default: found from the page)",
+    )
 
 
 def add_diagnosis_flags(p: argparse.ArgumentParser) -> None:
@@ -56,6 +73,7 @@ def build_sources_from_args(args: argparse.Namespace) -> tuple[list[Any], list[s
         host=not args.no_host,
         host_pids=args.pid,
         timeout=args.timeout,
+        engine=args.engine,
     )
 
 

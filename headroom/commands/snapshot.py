@@ -62,10 +62,12 @@ def run(args: argparse.Namespace) -> int:
         sampler.close()
     report = monitor.report()
     assert report is not None  # run() ticks at least once
+    no_data = not report["gpus"] and not report["engines"]
     # Each source's error goes to stderr once (scripts read the reason there, whatever the
-    # format); text mode also shows the last tick's in the table.
+    # format); text mode also shows the last tick's in the table. With no data at all, the
+    # one closing line says it, reasons included.
     shown: set[tuple[str, str]] = set()
-    for snap in sampler.snapshots():
+    for snap in () if no_data else sampler.snapshots():
         for err in snap.errors:
             if (err.source, err.target) not in shown:
                 shown.add((err.source, err.target))
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(render_text(report))
-    if not report["gpus"] and not report["engines"]:
+    if no_data:
         why = "; ".join(error_line(e) for e in report["errors"][:3])
         print(
             "headroom snapshot: no GPU or engine source produced data"

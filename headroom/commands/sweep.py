@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from headroom.commands.common import add_engine_flag
 from monitor.errors import ConfigError
 
 EPILOG = """\
@@ -97,7 +99,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=120.0,
         help="seconds one request may take, send to last token (default 120)",
     )
-    p.add_argument("--vllm-metrics", metavar="URL", help="engine metrics (default TARGET/metrics)")
+    p.add_argument(
+        "--vllm-metrics",
+        "--engine-metrics",
+        dest="vllm_metrics",
+        metavar="URL",
+        help="the engine's metrics page (default TARGET/metrics)",
+    )
+    add_engine_flag(p)
     p.add_argument(
         "--no-engine-metrics", action="store_true", help="do not read the engine's /metrics"
     )
@@ -160,7 +169,10 @@ def config_from_args(args: argparse.Namespace, model: str, target: str):
             adaptive = False
     metrics = None
     if not args.no_engine_metrics:
-        metrics = args.vllm_metrics or f"{target}/metrics"
+        # A bare base URL lets the source find the page itself: /metrics, or the engine's
+        # own path where it serves Prometheus text elsewhere (trtllm-serve).
+        bare = urlsplit(target).path in ("", "/")
+        metrics = args.vllm_metrics or (target if bare else f"{target}/metrics")
     worker = WorkerConfig(
         target=target,
         model=model,
@@ -186,6 +198,7 @@ def config_from_args(args: argparse.Namespace, model: str, target: str):
         warmup_seconds=args.warmup_seconds,
         sample_interval_s=args.sample_interval,
         vllm_metrics=metrics,
+        engine=args.engine,
         dcgm_exporter=args.dcgm_exporter,
         slos=slos,
         workers=args.workers,

@@ -19,6 +19,7 @@ from typing import Any
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.client_rules import client_limited
 from monitor.diagnosis.comm_rules import busy_gpus, comm_bound
+from monitor.diagnosis.coverage import can_judge, unjudged
 from monitor.diagnosis.cpu_rules import cpu_bound_box, cpu_bound_engine
 from monitor.diagnosis.gpu_rules import launch_bound, saturated, transfer_bound
 from monitor.diagnosis.idle_rules import box_idle, engine_idle, gpu_idle, idle_gpus
@@ -121,12 +122,13 @@ def _engine_verdicts(ctx: Context) -> list[Verdict]:
                 )
             )
             continue
-        token = token_cap(ctx, e)
+        # A rule whose inputs the page lacks is not run: absent is not 0 (coverage.py).
+        token = token_cap(ctx, e) if can_judge(e, "token-cap") else None
         found = [
-            kv_cap(ctx, e),
-            seq_cap(ctx, e, token_pinned=token is not None),
+            kv_cap(ctx, e) if can_judge(e, "kv-cap") else None,
+            seq_cap(ctx, e, token_pinned=token is not None) if can_judge(e, "seq-cap") else None,
             token,
-            starved(ctx, e),
+            starved(ctx, e) if can_judge(e, "starved") else None,
             cpu_bound_engine(ctx, e),
         ]
         out += [v for v in found if v is not None]
@@ -260,9 +262,13 @@ def diagnose(
     if not verdicts:
         verdicts.append(_fallback(ctx))
     analyses: dict[str, Mapping[str, Any]] = {
-        engine_scope(e): fig.engine_analysis(
-            e, window.gpus, window.host, caps, thresholds, seen.get(engine_scope(e))
-        )
+        engine_scope(e): {
+            **fig.engine_analysis(
+                e, window.gpus, window.host, caps, thresholds, seen.get(engine_scope(e))
+            ),
+            # The engine verdicts this page cannot support, and why.
+            "unjudged": unjudged(e),
+        }
         for e in window.engines
     }
     analyses["box"] = _box_analysis(ctx)

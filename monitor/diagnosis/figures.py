@@ -130,6 +130,7 @@ class SeqCap:
     seen_at: float | None = None
     # How a reported cap was asked ("server_info", "cmdline").
     reported_by: str | None = None
+    reported: bool = False  # exported by the engine itself (Triton's max requests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +160,14 @@ def seq_cap(e: EngineWindow, caps: Caps, th: Thresholds, seen: SeenCap | None = 
     n = len(queued)
     if caps.max_num_seqs is not None:
         return SeqCap(caps.max_num_seqs, False, False, share_at(caps.max_num_seqs), n, "given")
+    if e.seq_cap_reported is not None and e.seq_cap_reported >= 1:
+        # Exported by the engine itself (Triton's max requests).
+        cap = int(round(e.seq_cap_reported))
+        return SeqCap(cap, False, False, share_at(cap), n, "reported", None, "metrics", True)
     if e.reported_max_num_seqs is not None:
         cap = e.reported_max_num_seqs
         return SeqCap(
-            cap, False, False, share_at(cap), n, "reported", reported_by=e.reported_caps_origin
+            cap, False, False, share_at(cap), n, "reported", None, e.reported_caps_origin, True
         )
     if n >= th.plateau_min_samples and max(queued) >= 1:
         top = max(queued)
@@ -505,6 +510,7 @@ def engine_analysis(
         "slot_latency_s": _r(lit.slot_latency_s),
         "seq_cap": cap.value,
         "seq_cap_inferred": cap.inferred,
+        "seq_cap_reported": cap.reported,
         "seq_cap_assumed": cap.assumed,
         "seq_cap_origin": cap.origin,
         "seq_cap_seen_at": cap.seen_at,

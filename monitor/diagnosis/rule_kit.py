@@ -14,9 +14,16 @@ from monitor.diagnosis import figures as fig
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Cause, Evidence, Verdict
 from monitor.report import engine_scope
+from monitor.sources import metric_names as mn
 from monitor.window import EngineWindow, GpuWindow, WindowStats
 
 BOX = "box"
+
+
+def engine_table(e: EngineWindow) -> mn.Flavour:
+    """The name table the engine was read with: its settings name the fixes. vLLM's when
+    unknown (a recording from before flavours)."""
+    return mn.table(e.flavour, e.flavour_version) or mn.VLLM
 
 
 def num(x: float) -> str:

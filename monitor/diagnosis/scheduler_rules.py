@@ -7,7 +7,7 @@ import time
 
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.idle_rules import engine_idle
-from monitor.diagnosis.rule_kit import Context, ev, make_verdict, num, pct
+from monitor.diagnosis.rule_kit import Context, engine_table, ev, make_verdict, num, pct
 from monitor.diagnosis.verdict import Verdict
 from monitor.report import engine_scope
 from monitor.window import EngineWindow
@@ -18,8 +18,10 @@ def cap_words(cap: fig.SeqCap) -> str:
     if cap.origin == "given":
         return "given with --max-num-seqs"
     if cap.origin == "reported":
-        how = {"server_info": "the engine's /server_info", "cmdline": "the engine's command line"}
-        return f"as {how.get(cap.reported_by or '', 'the engine')} says"
+        return {
+            "server_info": "as the engine's /server_info reports it",
+            "cmdline": "as set on the engine's command line",
+        }.get(cap.reported_by or "", "as the engine reports it")
     if cap.origin == "remembered" and cap.seen_at is not None:
         return f"inferred from a plateau last seen at {time.strftime('%H:%M:%S', time.localtime(cap.seen_at))}"
     return "inferred from the plateau of running while requests wait"
@@ -134,14 +136,12 @@ def kv_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
         parts.append(f"{num(e.preemptions_per_s or 0)} preemptions/s")
     if e.waiting_mean:
         parts.append(f"{num(e.waiting_mean)} waiting")
-    fix = (
-        "give the KV cache more room: raise --gpu-memory-utilization, use --kv-cache-dtype fp8 "
-        "or lower --max-model-len"
-    )
+    table = engine_table(e)
+    fix = f"give the KV cache more room: {table.kv_room}"
     if e.running_mean:
         # A whole number: the flag takes one, and the mean running is what fit without help.
         fit = max(1, math.floor(e.running_mean))
-        fix += f"; or lower --max-num-seqs to {fit} to stop preemptions"
+        fix += f"; or lower {table.seq_cap_setting} to {fit} to stop preemptions"
     summary = f"KV-cache cap: {', '.join(parts)}."
     return make_verdict("kv-cap", conf, engine_scope(e), evidence, fix, summary)
 
@@ -196,7 +196,7 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     waiting = num(e.waiting_mean or 0)
     kv_text = f"; KV cache {pct(kv)} used" if kv is not None else ""
     fix = (
-        f"raise --max-num-seqs above {cap.value} (running sits at {cap.value} while "
+        f"raise {engine_table(e).seq_cap_setting} above {cap.value} (running sits at {cap.value} while "
         f"{waiting} wait{kv_text})"
     )
     summary = (

@@ -34,8 +34,12 @@ def build_sources(
     host: bool = True,
     host_pids: Sequence[int] = (),
     timeout: float = 2.0,
+    engine: str | None = None,
 ) -> tuple[list[Source], list[str]]:
-    """Return the sources that started and one-line notes for those that could not."""
+    """Return the sources that started and one-line notes for those that could not.
+
+    ``engine`` forces the serving engine's name table (vllm, sglang, ...) for every URL;
+    None finds it from each page."""
     sources: list[Source] = []
     notes: list[str] = []
     if nvml:
@@ -62,7 +66,7 @@ def build_sources(
         from monitor.sources.vllm import VllmSource
 
         for url in vllm_urls:
-            sources.append(VllmSource(url, timeout=timeout))
+            sources.append(VllmSource(url, timeout=timeout, flavour=engine))
     if host:
         from monitor.sources.host import HostSource
 

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.errors import ConfigError, EndpointError
+from monitor.errors import ConfigError, EndpointAnsweredError, EndpointError
 
 # A family's samples may carry these suffixes (histograms, summaries, counters).
 SUFFIXES = ("", "_bucket", "_sum", "_count", "_total")
@@ -437,7 +437,9 @@ class Scraper:
                 raise EndpointError(f"cannot read {shown}: {_connect_reason(exc)}") from None
             if response.status != 200:
                 reason = response.reason or ""
-                raise EndpointError(f"{shown} answered HTTP {response.status} {reason}".rstrip())
+                raise EndpointAnsweredError(
+                    f"{shown} answered HTTP {response.status} {reason}".rstrip()
+                )
             return body.decode(_charset(response.getheader("Content-Type")), errors="replace")
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -1,8 +1,10 @@
-"""Serving-engine source: scrape vLLM's (or SGLang's) ``/metrics`` into EngineSamples.
+"""Serving-engine source: scrape an engine's ``/metrics`` into EngineSamples.
 
-One EngineSample per (model_name, engine) pair, so data-parallel engines stay
-apart. Counters and histograms are passed on raw and cumulative: rates, resets
-and quantiles are the window's job (``monitor.window``). Which Prometheus name
+The engine (vLLM, SGLang, TGI, TensorRT-LLM, Triton, llama.cpp) and the release
+range of its names are found from the page, or forced with ``--engine``. One
+EngineSample per (model, engine) pair, so data-parallel engines stay apart.
+Counters and histograms are passed on raw and cumulative: rates, resets and
+quantiles are the window's job (``monitor.window``). Which Prometheus name
 means what lives in ``monitor.sources.metric_names``.
 """
 
@@ -12,9 +14,10 @@ import dataclasses
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
-from monitor.errors import ConfigError, EndpointError
+from monitor.errors import ConfigError, EndpointAnsweredError, EndpointError
 from monitor.samples import EngineSample, Histogram, SourceError
 from monitor.sources import metric_names as mn
 from monitor.sources.base import Reading
@@ -94,8 +97,26 @@ def _group(samples: Iterable[Sample], flavour: mn.Flavour) -> _Series:
     return out
 
 
+def _ratio(series: _Series, key: Key, sel: mn.Selector) -> float | None:
+    over = sel.over
+    assert over is not None
+    top = [s.value for s in series.at(sel.name, key) if sel.matches(s.labels)]
+    bottom = [s.value for s in series.at(over.name, key) if over.matches(s.labels)]
+    if not top or not bottom:
+        return None
+    num, den = sum(top), sum(bottom)
+    if not (math.isfinite(num) and math.isfinite(den)) or den <= 0:
+        return None
+    return num / den
+
+
 def _scalar(series: _Series, key: Key, sels: tuple[mn.Selector, ...]) -> float | None:
     for sel in sels:
+        if sel.over is not None:
+            value = _ratio(series, key, sel)
+            if value is not None:
+                return value
+            continue
         matching = [s.value for s in series.at(sel.name, key) if sel.matches(s.labels)]
         if matching:
             values = [v for v in matching if math.isfinite(v)]
@@ -161,8 +182,29 @@ def _engine(series: _Series, key: Key, url: str, flavour: mn.Flavour) -> EngineS
         histograms=tuple(hists),
         cache_config=_info(series, key, flavour),
         flavour=flavour.name,
+        flavour_version=flavour.version or None,
         **values,
     )
+
+
+def _missing(
+    engines: tuple[EngineSample, ...], flavour: mn.Flavour
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The fields no engine of the page gives, and the names looked for.
+
+    Per page, not per engine: SGLang's per-model counters sit on its first engine only,
+    and a field one rank has is not missing from the server.
+    """
+    out = []
+    for field_name, canonicals in mn.FIELDS:
+        present = any(
+            (e.histogram(c) if c in mn.HISTOGRAMS else getattr(e, c)) is not None
+            for e in engines
+            for c in canonicals
+        )
+        if not present:
+            out.append((field_name, mn.looked_for(flavour, canonicals)))
+    return tuple(out)
 
 
 _ALL_NAMES = expand_names(mn.all_metric_names())
@@ -174,63 +216,111 @@ _FAMILIES: dict[str, tuple[frozenset[str], ...]] = {}
 
 
 def _names_of(flavour: mn.Flavour) -> frozenset[str]:
-    names = _NAMES.get(flavour.name)
+    names = _NAMES.get(_key(flavour))
     if names is None:
-        names = _NAMES[flavour.name] = expand_names(flavour.metric_names())
+        names = _NAMES[_key(flavour)] = expand_names(flavour.metric_names())
     return names
 
 
 def _hits(present: set[str], flavour: mn.Flavour) -> int:
-    families = _FAMILIES.get(flavour.name)
+    families = _FAMILIES.get(_key(flavour))
     if families is None:
         families = tuple(expand_names((base,)) for base in sorted(flavour.metric_names()))
-        _FAMILIES[flavour.name] = families
+        _FAMILIES[_key(flavour)] = families
     return sum(1 for names in families if not names.isdisjoint(present))
 
 
-def detect_flavour(exposition: Exposition) -> tuple[mn.Flavour, int]:
-    """The flavour with the most families present, and how many it has."""
+def _key(f: mn.Flavour) -> str:
+    return f"{f.name} {f.version}"
+
+
+def detect_flavour(
+    exposition: Exposition, tables: tuple[mn.Flavour, ...] = mn.TABLES
+) -> tuple[mn.Flavour, int]:
+    """The table with the most families present, and how many it has.
+
+    On a tie, the table that looks for fewer families in vain; then the one listed
+    first (each engine's newest).
+    """
     present = exposition.names()
-    hits = {f.name: _hits(present, f) for f in mn.FLAVOURS.values()}
-    best = max(mn.FLAVOURS.values(), key=lambda f: hits[f.name])
-    return best, hits[best.name]
+    best, best_score = tables[0], (-1, 0)
+    for t in tables:
+        hits = _hits(present, t)
+        # More families found first; then fewer looked for in vain, so that an older
+        # release's smaller table wins over a newer superset its page only partly fills.
+        score = (hits, hits - len(_FAMILIES[_key(t)]))
+        if score > best_score:
+            best, best_score = t, score
+    return best, best_score[0]
 
 
-def _not_served(text: str, url: str, flavour: mn.Flavour | None) -> EndpointError:
+def _engine_names(tables: tuple[mn.Flavour, ...]) -> frozenset[str]:
+    key = "|".join(_key(t) for t in tables)
+    names = _NAMES.get(key)
+    if names is None:
+        bases: set[str] = set()
+        for t in tables:
+            bases |= t.metric_names()
+        names = _NAMES[key] = expand_names(bases)
+    return names
+
+
+def _not_served(text: str, url: str, tables: tuple[mn.Flavour, ...] | None) -> EndpointError:
     shown = display_url(url)
-    for f in mn.FLAVOURS.values() if flavour is None else (flavour,):
+    for f in mn.TABLES if tables is None else tables:
         if f"\n{f.prefix}" in text or text.startswith(f.prefix) or f" {f.prefix}" in text:
             return EndpointError(
                 f"{shown} serves {f.prefix} metrics but none that headroom reads "
                 f"(renamed in a newer {f.title}?)"
             )
-    f = flavour or mn.VLLM
-    return EndpointError(f"{shown} does not serve {f.title} metrics (no {f.prefix} families found)")
+    if tables is not None:
+        f = tables[0]
+        return EndpointError(
+            f"{shown} does not serve {f.title} metrics (no {f.prefix} families found)"
+        )
+    known = ", ".join(dict.fromkeys(t.title for t in mn.TABLES))
+    return EndpointError(
+        f"{shown} serves no serving engine's metrics that headroom knows ({known})"
+    )
 
 
 def engines_from_text(
-    text: str, url: str, flavour: mn.Flavour | None = None
+    text: str, url: str, flavour: mn.Flavour | tuple[mn.Flavour, ...] | None = None
 ) -> tuple[tuple[EngineSample, ...], int]:
     """Parse one exposition into EngineSamples and the number of skipped lines.
 
-    Raises EndpointError when the page is not a serving engine's metrics.
+    ``flavour``: one table, an engine's tables (``--engine``), or None to detect the
+    engine too. Raises EndpointError when the page is not a serving engine's metrics.
     """
-    names = _ALL_NAMES if flavour is None else _names_of(flavour)
+    tables = (flavour,) if isinstance(flavour, mn.Flavour) else flavour
+    names = _ALL_NAMES if tables is None else _engine_names(tables)
     exposition = parse(text, names)
-    if flavour is None:
-        chosen, hits = detect_flavour(exposition)
-    else:
-        chosen, hits = flavour, _hits(exposition.names(), flavour)
+    chosen, hits = detect_flavour(exposition, tables or mn.TABLES)
     if hits == 0:
-        raise _not_served(text, url, flavour)
+        raise _not_served(text, url, tables)
     mine = _names_of(chosen)
     series = _group((s for s in exposition.samples if s.name in mine), chosen)
     engines = tuple(_engine(series, key, url, chosen) for key in series.keys)
+    missing = _missing(engines, chosen)
+    if missing:
+        engines = tuple(replace(e, missing=missing) for e in engines)
     return engines, exposition.skipped_lines
 
 
+def _has_path(url: str) -> bool:
+    raw = url.strip()
+    path = urlsplit(raw if "://" in raw else "http://" + raw).path
+    return path not in ("", "/")
+
+
 class VllmSource:
-    """Reads one serving engine's ``/metrics`` per tick; never raises from ``read``."""
+    """Reads one serving engine's metrics page per tick; never raises from ``read``.
+
+    ``flavour`` names the engine (``--engine``); None finds it from the page. A URL
+    without a path is read at ``/metrics``, or at the engine's own path when it serves
+    Prometheus text elsewhere (trtllm-serve: ``/prometheus/metrics``, its ``/metrics``
+    being JSON): tried once when ``/metrics`` holds no engine's metrics, then kept.
+    """
 
     name = "vllm"
 
@@ -242,12 +332,24 @@ class VllmSource:
     ) -> None:
         if not timeout > 0:
             raise ConfigError(f"HTTP timeout must be positive, not {timeout!r}")
-        self.url = metrics_url(url, "vLLM")
-        self.timeout = float(timeout)
         try:
-            self._flavour = mn.flavour(flavour) if flavour is not None else None
+            self._tables = mn.flavour(flavour) if flavour is not None else None
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        given_path = _has_path(url)
+        self.url = metrics_url(url, "engine")
+        self.timeout = float(timeout)
+        # The other paths to try once when the default one serves no engine's metrics.
+        self._alternatives: list[str] = []
+        if not given_path:
+            tables = self._tables or mn.TABLES
+            for path in dict.fromkeys(t.path for t in tables):
+                alt = self.url.rsplit("/metrics", 1)[0] + path
+                if path != "/metrics":
+                    self._alternatives.append(alt)
+            if self._tables is not None and self._tables[0].path != "/metrics":
+                # Forced to an engine that serves elsewhere: go there first.
+                self.url = self._alternatives.pop(0)
         self._scraper = Scraper(self.url, self.timeout)
         self.config = EngineConfigProbe(
             self.url.rsplit("/metrics", 1)[0], timeout=min(1.0, timeout)
@@ -256,16 +358,46 @@ class VllmSource:
 
     @property
     def flavour(self) -> str | None:
-        """The forced flavour, or None when it is detected from each page."""
-        return self._flavour.name if self._flavour is not None else None
+        """The forced engine, or None when it is found from each page."""
+        return self._tables[0].name if self._tables is not None else None
 
     def _error(self, message: str) -> Reading:
         return Reading(errors=(SourceError(self.name, display_url(self.url), message),))
 
-    def read(self) -> Reading:
+    def _parse(self) -> tuple[tuple[EngineSample, ...], int]:
+        answered = False
         try:
             text = self._scraper.get()
-            engines, skipped = engines_from_text(text, self.url, self._flavour)
+            answered = True
+            found = engines_from_text(text, self.url, self._tables)
+        except EndpointError as exc:
+            # Only a server that answered (a page of no engine, an HTTP error) is asked at
+            # the engines' own paths: one that is down or slow is not asked twice a tick.
+            if answered or isinstance(exc, EndpointAnsweredError):
+                elsewhere = self._try_alternatives()
+                if elsewhere is not None:
+                    return elsewhere
+            raise  # the default page's error says most
+        self._alternatives = []  # the default page is an engine's: stay there
+        return found
+
+    def _try_alternatives(self) -> tuple[tuple[EngineSample, ...], int] | None:
+        for alt in self._alternatives:
+            scraper = Scraper(alt, self.timeout)
+            try:
+                found = engines_from_text(scraper.get(), alt, self._tables)
+            except EndpointError:
+                scraper.close()
+                continue
+            log.info("%s: engine metrics found at %s", display_url(self.url), display_url(alt))
+            self._scraper.close()
+            self._scraper, self.url, self._alternatives = scraper, alt, []
+            return found
+        return None
+
+    def read(self) -> Reading:
+        try:
+            engines, skipped = self._parse()
         except EndpointError as exc:
             return self._error(str(exc))
         except Exception as exc:  # a bug must cost one reading, not the sampler

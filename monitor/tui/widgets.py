@@ -14,6 +14,7 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
+from monitor.report import engine_title, missing_notes
 from monitor.tui import fmt
 from monitor.tui.view import ENGINE_SOURCES, GPU_SOURCES, HOST_SOURCES, View
 
@@ -227,7 +228,10 @@ class EnginePanel(Panel):
         if e is None:
             text.append("no reading on this tick", style="dim")
             return text
-        self.border_title = f"{e.get('model_name', '?')} · engine {e.get('engine', '?')} · {fmt.short_url(e.get('url', ''))}"
+        self.border_title = (
+            f"{e.get('model_name') or '?'} · engine {e.get('engine') or '-'} · "
+            f"{fmt.short_url(e.get('url', ''))} · {engine_title(e)}"
+        )
         a = e.get("analysis") or {}
         s = self.view.engine_series
         running = e.get("running")
@@ -257,6 +261,9 @@ class EnginePanel(Panel):
         )
         kv = e.get("kv_cache_usage")
         meter(text, "KV", kv, width, s(self.key, "kv_cache_usage"), style=_kv_style(kv))
+        # A dash is unknown, not 0: say why, so a missing gauge is not read as an idle one.
+        for note in missing_notes(e):
+            text.append(note + "\n", style="yellow")
         cap_note = "unknown (--max-num-seqs)" if not cap else f"{cap:.0f}" + _cap_how(a)
         text.append(
             f"seq cap {cap_note} · queue: capacity {fmt.num(e.get('waiting_capacity'), '.0f')}, "
@@ -405,6 +412,16 @@ class LittlePanel(Panel):
         if not engines:
             text.append("no engine read", style="dim")
             return text
+        total = (self.view.report or {}).get("engines_total")
+        if total:
+            # Data-parallel ranks or several servers: what they carry together.
+            text.append(
+                f"all {total['engines']} engines: running {fmt.num(total.get('running'), '.1f')}"
+                f" · waiting {fmt.num(total.get('waiting'), '.1f')}"
+                f" · gen {fmt.si(total.get('generation_tokens_per_s'))} tok/s"
+                f" · {fmt.num(total.get('requests_per_s'), '.3g')} req/s\n",
+                style="bold",
+            )
         for e in engines:
             if len(engines) > 1:
                 text.append(f"{e.get('model_name')}/{e.get('engine')}\n", style="underline")

@@ -53,6 +53,7 @@ def test_agent_table_in_a_shared_file(tmp_path: Path) -> None:
         ("window: 0.5\n", {}, {}, "window (0.5 s) must be at least the interval (1 s)"),
         ("- a\n- b\n", {}, {}, "config {f}: expected a table of settings"),
         ("interval: [\n", {}, {}, "config {f}: not valid YAML"),
+        ("", {"HEADROOM_ENGINE": "ollama"}, {}, "environment HEADROOM_ENGINE: unknown engine 'ollama' (known: vllm, sglang, tgi"),
     ],
 )  # fmt: skip
 def test_bad_values_are_one_line_errors(
@@ -65,6 +66,11 @@ def test_bad_values_are_one_line_errors(
     text = str(info.value)
     assert message.format(f=f) in text
     assert "\n" not in text
+
+
+def test_engine_is_forced_from_the_environment() -> None:
+    assert load_agent_config(env={}).engine is None  # found from each page
+    assert load_agent_config(env={"HEADROOM_ENGINE": "tgi"}).engine == "tgi"
 
 
 def test_missing_file_and_unknown_format(tmp_path: Path) -> None:

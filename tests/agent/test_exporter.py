@@ -161,3 +161,25 @@ def test_self_metrics_count_ticks_errors_and_successes() -> None:
         ({"source": "nvml", "target": ""}, 5000.0)
     ]
     assert m["headroom_agent_last_tick_timestamp_seconds"][0][1] == 4000.0
+
+
+def test_an_engine_page_without_a_kv_gauge_is_said_missing_not_zero() -> None:
+    from pathlib import Path
+
+    from monitor.sources.vllm import engines_from_text
+
+    page = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "tgi-2.4.txt"
+    ).read_text()
+    engines, _ = engines_from_text(page, URL)
+    snaps = [Snapshot(t=float(i), wall=1000.0 + i, engines=engines) for i in range(3)]
+    m = scrape(View(compute_window(snaps), None))
+    ((labels, value),) = m["headroom_engine_info"]
+    assert (labels["flavour"], labels["flavour_version"], value) == ("tgi", "1.0-3.x", 1.0)
+    missing = {lab["field"]: v for lab, v in m["headroom_engine_metric_missing"]}
+    assert missing["kv_cache_usage"] == 1.0 and missing["ttft"] == 1.0
+    assert {lab["flavour"] for lab, _ in m["headroom_engine_metric_missing"]} == {"tgi"}
+    assert "running" not in missing
+    # The KV series is absent, not 0; the queue TGI does export is there.
+    assert "headroom_engine_kv_cache_usage_ratio" not in m
+    assert m["headroom_engine_requests_waiting"][0][1] == 7.0

@@ -181,8 +181,9 @@ def test_a_forced_flavour_that_is_not_served_is_an_error(http_server) -> None:
 
 
 def test_an_unknown_flavour_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="unknown server flavour 'tgi'"):
-        VllmSource("http://127.0.0.1:8000", flavour="tgi")
+    # Ollama serves no Prometheus page at all: there is nothing to map.
+    with pytest.raises(ConfigError, match="unknown engine 'ollama' \\(known: vllm, sglang, tgi"):
+        VllmSource("http://127.0.0.1:8000", flavour="ollama")
 
 
 def test_connection_refused_is_one_line(http_server) -> None:
@@ -212,7 +213,8 @@ def test_a_page_that_is_not_vllm_metrics_says_so(http_server) -> None:
     http_server.set("/metrics", "<html><body>Hello</body></html>", content_type="text/html")
     (err,) = read_once(http_server.url).errors
     assert err.message == (
-        f"{http_server.url}/metrics does not serve vLLM metrics (no vllm: families found)"
+        f"{http_server.url}/metrics serves no serving engine's metrics that headroom knows "
+        "(vLLM, SGLang, TGI, TensorRT-LLM, Triton TensorRT-LLM, llama.cpp)"
     )
 
 

@@ -17,7 +17,7 @@ from monitor.recording import (
     snapshot_from_dict,
     snapshot_to_dict,
 )
-from monitor.samples import GpuSample, Snapshot, SourceError
+from monitor.samples import EngineSample, GpuSample, Snapshot, SourceError
 from monitor.tui.feeds import ReplayFeed
 
 
@@ -45,6 +45,23 @@ def test_round_trip_keeps_none_throttle_reasons_and_labels() -> None:
     back = snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(snap))))
     assert back == snap
     assert back.gpus[0].util is None
+
+
+def test_round_trip_keeps_the_engine_read_and_what_its_page_lacked() -> None:
+    e = EngineSample(
+        url="http://127.0.0.1:8080/metrics",
+        model_name="",
+        engine="",
+        running=9.0,
+        waiting=7.0,
+        flavour="tgi",
+        flavour_version="1.0-3.x",
+        missing=(("kv_cache_usage", ()), ("ttft", ("a", 'b{c="d"}'))),
+    )
+    snap = Snapshot(t=1.0, wall=2.0, engines=(e,))
+    back = snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(snap))))
+    assert back == snap
+    assert back.engines[0].kv_cache_usage is None
 
 
 def test_recorder_flushes_each_line_before_close(tmp_path: Path) -> None:

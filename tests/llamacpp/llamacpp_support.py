@@ -1,0 +1,122 @@
+"""Helpers for the real llama.cpp tests: the server helper, the CLI, a steady load.
+
+A uniquely named module (not conftest) so that test modules import it unambiguously when
+the whole suite is collected in one run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The --parallel of the shared server: llama.cpp's slots, its sequence cap.
+SLOTS = 4
+
+
+def _load_serve() -> ModuleType:
+    # deploy/llamacpp is not a package: load it by path, as a user may.
+    name = "headroom_llamacpp_serve"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "deploy" / "llamacpp" / "serve.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+serve = _load_serve()
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip where llama.cpp cannot be built; under CI fail, unless skipping is allowed."""
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    if in_ci and os.environ.get("HEADROOM_ALLOW_LLAMACPP_SKIP") != "1":
+        pytest.fail(f"{reason} (CI=true: set HEADROOM_ALLOW_LLAMACPP_SKIP=1 to skip instead)")
+    pytest.skip(reason)
+
+
+def headroom(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """Run the headroom CLI as a user would, with this test run's interpreter."""
+    return subprocess.run(
+        [sys.executable, "-m", "headroom", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def gauges(url: str) -> dict[str, float]:
+    """llama.cpp's two request gauges, read straight from /metrics (not through headroom)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("llamacpp:requests_processing", "llamacpp:requests_deferred"):
+            out[name] = float(value)
+    return out
+
+
+def _stream(url: str, max_tokens: int) -> None:
+    body = json.dumps(
+        {"prompt": "the and of", "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+    ).encode()
+    req = urllib.request.Request(
+        url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        while resp.read(4096):
+            pass
+
+
+@contextmanager
+def steady_load(url: str, streams: int, max_tokens: int = 1500) -> Iterator[None]:
+    """``streams`` clients, each sending one streaming request after another until the end."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                _stream(url, max_tokens)
+            except BaseException as exc:  # noqa: BLE001 - reported to the test below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        # The requests in flight end on their own (max_tokens); wait for them.
+        for t in threads:
+            t.join(timeout=120)
+    assert not errors, errors[:3]
+
+
+def snapshot(url: str, window: float, *extra: str) -> dict[str, Any]:
+    proc = headroom(
+        "snapshot", "--vllm", url, "--no-nvml", "--window", str(window),
+        "--interval", "0.25", "--json", *extra,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"snapshot exited {proc.returncode}: {proc.stderr}"
+    return json.loads(proc.stdout)
