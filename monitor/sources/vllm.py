@@ -351,9 +351,9 @@ class VllmSource:
                 # Forced to an engine that serves elsewhere: go there first.
                 self.url = self._alternatives.pop(0)
         self._scraper = Scraper(self.url, self.timeout)
-        self.config = EngineConfigProbe(
-            self.url.rsplit("/metrics", 1)[0], timeout=min(1.0, timeout)
-        )
+        # The server's root: vLLM serves /server_info there, whatever path its metrics take.
+        root = urlsplit(self.url)
+        self.config = EngineConfigProbe(f"{root.scheme}://{root.netloc}", timeout=min(1.0, timeout))
         self.notes: tuple[str, ...] = ()
 
     @property
