@@ -34,6 +34,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="seconds between readings (default: a quarter of the window, at most 1)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also sample the Python stacks of the engine's processes over the window (py-spy, "
+        "non-blocking: the engine is never paused) and name its hot thread's top functions",
+    )
+    p.add_argument(
+        "--profile-rate",
+        type=int,
+        default=50,
+        metavar="HZ",
+        help="py-spy samples a second with --profile (default 50)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,9 +69,17 @@ def run(args: argparse.Namespace) -> int:
         )
     sampler = Sampler(sources, interval=interval, capacity=10_000)
     monitor = Monitor(sampler, diagnoser, window_s=args.window, notes=tuple(notes))
+    recording = None
     try:
+        if args.profile:
+            recording = _start_profile(args, sources)
         sampler.run(duration=args.window)
+        if recording is not None:
+            _finish_profile(recording, monitor)
+            recording = None
     finally:
+        if recording is not None:
+            recording.cancel()
         sampler.close()
     report = monitor.report()
     assert report is not None  # run() ticks at least once
@@ -80,3 +101,47 @@ def run(args: argparse.Namespace) -> int:
         print("headroom snapshot: no GPU or engine source produced data", file=sys.stderr)
         return 1
     return 0
+
+
+def _profile_root(args: argparse.Namespace, sources: list) -> int:  # type: ignore[type-arg]
+    """The process to profile: --pid, else the engine's process found from its port (with
+    its children: vLLM's engine core is a child of the API server)."""
+    from monitor.profiling.pyspy import ProfileError
+
+    if args.pid:
+        return int(args.pid[0])
+    host = next((s for s in sources if getattr(s, "name", "") == "host"), None)
+    pids = set(host.tracked_pids) if host is not None else set()
+    if not pids:
+        raise ProfileError(
+            "--profile needs the engine's process: a --vllm URL on this host, or --pid PID"
+        )
+    import psutil
+
+    roots = []
+    for pid in sorted(pids):
+        try:
+            if psutil.Process(pid).ppid() not in pids:
+                roots.append(pid)
+        except psutil.Error:
+            continue
+    return roots[0] if roots else min(pids)
+
+
+def _start_profile(args: argparse.Namespace, sources: list) -> object:  # type: ignore[type-arg]
+    from monitor.profiling import pyspy
+
+    return pyspy.start(_profile_root(args, sources), args.window, args.profile_rate)
+
+
+def _finish_profile(recording: object, monitor: object) -> None:
+    from monitor.profiling import pyspy
+
+    rec: pyspy.Recording = recording  # type: ignore[assignment]
+    raw = rec.finish()
+    window = monitor.window()  # type: ignore[attr-defined]
+    host = window.host if window is not None else None
+    tid = host.busiest_thread.tid if host is not None and host.busiest_thread else None
+    prof = pyspy.build_profile(raw, rec.pid, rec.seconds, rec.rate, want_tid=tid)
+    monitor.set_cpu_profile(prof)  # type: ignore[attr-defined]
+    monitor.refresh()  # type: ignore[attr-defined]

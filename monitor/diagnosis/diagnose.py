@@ -10,6 +10,7 @@ after every confident one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict
 from monitor.diagnosis.scheduler_rules import kv_cap, seq_cap, starved, token_cap
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
+from monitor.profiling.handoff import gpu_next_steps
 from monitor.report import engine_scope
 from monitor.window import WindowStats
 
@@ -225,4 +227,25 @@ def diagnose(
         for e in window.engines
     }
     analyses["box"] = _box_analysis(ctx)
+    verdicts = [_hand_off(ctx, v) for v in verdicts]
     return Diagnosis(order(verdicts, thresholds), analyses)
+
+
+_KERNEL_CAUSES = ("launch-bound", "compute-bound", "memory-bound", "comm-bound")
+
+
+def _hand_off(ctx: Context, v: Verdict) -> Verdict:
+    """A GPU verdict names the resource; add the command that shows which kernels use it."""
+    small_kernels = v.cause == "unknown" and v.scope.startswith("gpu:")
+    if v.cause not in _KERNEL_CAUSES and not small_kernels:
+        return v
+    host = ctx.window.host
+    pid = None
+    if host is not None:
+        pid = host.busiest_thread.pid if host.busiest_thread is not None else None
+        if pid is None and host.pids:
+            pid = host.pids[0]
+    url = None
+    if ctx.window.engines:
+        url = ctx.window.engines[0].url.removesuffix("/metrics")
+    return dataclasses.replace(v, next=gpu_next_steps(v.cause, pid, url))

@@ -14,6 +14,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from monitor.report import profile_lines
 from monitor.tui import fmt
 from monitor.tui.sweep import SweepState, chart, load_of
 from monitor.tui.view import GPU_SOURCES, View
@@ -216,7 +217,8 @@ def verdict_words(text: Text, v: Mapping[str, Any]) -> None:
     text.append(f" (confidence {fmt.pct(v.get('confidence'), 0).strip()})\n")
     text.append(f"{v.get('summary', '')}\n")
     for e in v.get("evidence", ()):
-        text.append(f"  - {fmt.evidence_words(e)}\n")
+        if "profile" not in e:  # the profile has its own table on the engine screen
+            text.append(f"  - {fmt.evidence_words(e)}\n")
     text.append("fix: ", style="bold")
     text.append(f"{v.get('fix', '')}\n")
 
@@ -302,6 +304,8 @@ class GpuDetailScreen(DetailScreen):
 
 
 class EngineDetailScreen(DetailScreen):
+    BINDINGS = [Binding("p", "app.profile", "Profile")]
+
     def __init__(self, key: str) -> None:
         super().__init__(name="engine")
         self.key = key
@@ -421,6 +425,15 @@ class EngineDetailScreen(DetailScreen):
             _row(text, "cache config", ", ".join(f"{k}={v}" for k, v in sorted(cc.items())))
         text.append("\n")
         text.append_text(littles_lines(e, width))
+        prof = e.get("cpu_profile")
+        if prof:
+            text.append("\n")
+            for line in profile_lines(prof):
+                text.append(fmt.clip(line, width) + "\n")
+        else:
+            text.append(
+                "\ncpu profile: none taken (p profiles the engine's hot thread)\n", style="dim"
+            )
         scope_prefix = f"engine:{e.get('model_name')}/{e.get('engine')}@"
         for v in (view.report or {}).get("verdicts", ()):
             if str(v.get("scope", "")).startswith(scope_prefix):
@@ -491,6 +504,7 @@ def draw_sweep(state: SweepState | None, width: int) -> Text:
 HELP = [
     ("q", "quit"),
     ("p / space", "pause or resume the display (a replay stops advancing)"),
+    ("p on an engine", "profile its hot thread's Python stacks (py-spy, non-blocking)"),
     ("tab / shift+tab", "move between panels"),
     ("enter", "detail of the focused GPU or engine panel"),
     ("g / e", "detail of the first GPU / engine"),
