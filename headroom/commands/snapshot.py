@@ -141,7 +141,9 @@ def _finish_profile(recording: object, monitor: object) -> None:
     raw = rec.finish()
     window = monitor.window()  # type: ignore[attr-defined]
     host = window.host if window is not None else None
-    tid = host.busiest_thread.tid if host is not None and host.busiest_thread else None
-    prof = pyspy.build_profile(raw, rec.pid, rec.seconds, rec.rate, want_tid=tid)
+    busiest = host.busiest_thread if host is not None else None
+    tid = busiest.tid if busiest is not None else None
+    name = busiest.name if busiest is not None else ""
+    prof = pyspy.build_profile(raw, rec.pid, rec.seconds, rec.rate, want_tid=tid, thread_name=name)
     monitor.set_cpu_profile(prof)  # type: ignore[attr-defined]
     monitor.refresh()  # type: ignore[attr-defined]

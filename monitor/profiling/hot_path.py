@@ -12,17 +12,25 @@ from collections.abc import Sequence
 
 from monitor.profiling.stacks import FunctionShare
 
+WAIT = "wait"
 DETOKENISE = "detokenise"
 SCHEDULE = "schedule"
 SAMPLE = "sample"
 TOKENISE = "tokenise"
-KINDS = (DETOKENISE, SCHEDULE, SAMPLE, TOKENISE)
+KINDS = (WAIT, DETOKENISE, SCHEDULE, SAMPLE, TOKENISE)
 
 # A kind names the fix once it holds this share of the thread's samples and leads the others.
 DOMINANT_SHARE = 0.25
 
 # (kind, function pattern, file pattern): either may match; order decides ties.
 _RULES: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None], ...] = (
+    (
+        # Busy-polling for another process (vLLM's engine core and its worker hand each
+        # step over through shared memory and spin on sched_yield while they wait).
+        WAIT,
+        re.compile(r"^sched_yield$|acquire_read|\.dequeue$|wait_for_reply|\.poll$"),
+        None,
+    ),
     (
         DETOKENISE,
         re.compile(
@@ -45,11 +53,15 @@ _RULES: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None], ...] =
     (
         TOKENISE,
         re.compile(r"(^|\.)encode|(?<!de)tokenize|apply_chat_template", re.I),
-        re.compile(r"tokenizer|renderer|input_processor|processor\.py", re.I),
+        re.compile(r"tokenizer|renderer|input_processor", re.I),
     ),
 )
 
 FIXES = {
+    WAIT: (
+        "the thread mostly busy-waits for another process (vLLM's engine core and its worker "
+        "hand each step over): the time goes where that process works; profile it (--pid)"
+    ),
     DETOKENISE: (
         "detokenising and streaming dominate: move them off the engine loop (vLLM does this in "
         "the API server: run more API-server processes with --api-server-count), stream fewer, "

@@ -41,7 +41,13 @@ class ProfileError(HeadroomError):
 
 
 def pyspy_binary() -> str:
-    """py-spy from PATH, else beside this Python (a virtualenv's bin is not always on PATH)."""
+    """$HEADROOM_PYSPY, else py-spy from PATH, else beside this Python (a virtualenv's bin is
+    not always on PATH). py-spy is one static binary: a copy carried to a box works there."""
+    given = os.environ.get("HEADROOM_PYSPY")
+    if given:
+        if not os.access(given, os.X_OK):
+            raise ProfileError(f"HEADROOM_PYSPY={given} is not an executable file")
+        return given
     found = shutil.which("py-spy")
     if found:
         return found
@@ -185,7 +191,12 @@ def start(
 
 
 def build_profile(
-    raw: str, pid: int, seconds: float, rate: int, want_tid: int | None = None
+    raw: str,
+    pid: int,
+    seconds: float,
+    rate: int,
+    want_tid: int | None = None,
+    thread_name: str = "",
 ) -> CpuProfile:
     """The profile of the wanted thread (else the one with the most samples), others beside it."""
     threads = aggregate(parse(raw), classify)
@@ -203,7 +214,8 @@ def build_profile(
     return CpuProfile(
         pid=main.pid if main.pid >= 0 else pid,
         tid=main.tid,
-        thread=main.thread,
+        # The OS name (VLLM::Worker) says more than Python's (MainThread) when we have it.
+        thread=thread_name if thread_name and main.tid == want_tid else main.thread,
         samples=main.samples,
         seconds=seconds,
         rate=rate,
@@ -222,8 +234,9 @@ def profile(
     rate: int = DEFAULT_RATE,
     want_tid: int | None = None,
     subprocesses: bool = True,
+    thread_name: str = "",
 ) -> CpuProfile:
     """Sample ``pid`` for ``seconds`` and return the profile; blocks for that long."""
     rec = start(pid, seconds, rate, subprocesses)
     raw = rec.finish()
-    return build_profile(raw, pid, seconds, rate, want_tid)
+    return build_profile(raw, pid, seconds, rate, want_tid, thread_name)

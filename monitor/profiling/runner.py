@@ -59,13 +59,14 @@ class Profiler:
         with self._lock:
             return self._running
 
-    def _target(self, window: Any) -> tuple[int, int | None] | None:
+    def _target(self, window: Any) -> tuple[int, int | None, str] | None:
         host = window.host if window is not None else None
         if host is None:
             return None
         if host.busiest_thread is not None:
-            return host.busiest_thread.pid, host.busiest_thread.tid
-        return (host.pids[0], None) if host.pids else None
+            t = host.busiest_thread
+            return t.pid, t.tid, t.name
+        return (host.pids[0], None, "") if host.pids else None
 
     def _on_diagnosis(self, diagnosis: Any, window: Any) -> None:
         if not any(v.cause == "cpu-bound" for v in diagnosis.verdicts):
@@ -73,7 +74,7 @@ class Profiler:
         target = self._target(window)
         if target is None:
             return
-        pid, tid = target
+        pid, tid, name = target
         now = self._clock()
         with self._lock:
             if self._running or now - self._last_try.get(pid, -float("inf")) < self.every_s:
@@ -81,12 +82,15 @@ class Profiler:
             self._last_try[pid] = now
             self._running = True
         threading.Thread(
-            target=self._run, args=(pid, tid, self.seconds), name="headroom-profile", daemon=True
+            target=self._run,
+            args=(pid, tid, name, self.seconds),
+            name="headroom-profile",
+            daemon=True,
         ).start()
 
-    def _run(self, pid: int, tid: int | None, seconds: float) -> None:
+    def _run(self, pid: int, tid: int | None, name: str, seconds: float) -> None:
         try:
-            self._profile(pid, tid, seconds)
+            self._profile(pid, tid, name, seconds)
         except pyspy.ProfileError as exc:
             if str(exc) != self.last_error:
                 log.warning("profile of process %s refused: %s", pid, exc)
@@ -97,9 +101,11 @@ class Profiler:
             with self._lock:
                 self._running = False
 
-    def _profile(self, pid: int, tid: int | None, seconds: float) -> CpuProfile:
+    def _profile(self, pid: int, tid: int | None, name: str, seconds: float) -> CpuProfile:
         # Only the process with the hot thread: its siblings' threads are not the question.
-        prof = self._take(pid, seconds, self.rate, want_tid=tid, subprocesses=False)
+        prof = self._take(
+            pid, seconds, self.rate, want_tid=tid, subprocesses=False, thread_name=name
+        )
         self.last_error = None
         self.taken += 1
         self.monitor.set_cpu_profile(prof)
@@ -123,7 +129,7 @@ class Profiler:
             self._running = True
             self._last_try[target[0]] = self._clock()
         try:
-            return self._profile(target[0], target[1], s)
+            return self._profile(target[0], target[1], target[2], s)
         finally:
             with self._lock:
                 self._running = False

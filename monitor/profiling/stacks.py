@@ -19,8 +19,8 @@ from typing import Any
 
 TOP = 10  # functions listed per thread
 
-_PROCESS = re.compile(r'process (\d+):"(?:[^"\\]|\\.)*"(?:;|$)')
-_THREAD = re.compile(r"thread \((\d+|0x[0-9a-fA-F]+)\)(?:: ([^;]*))?(?:;|$)")
+_PROCESS = re.compile(r'(?:^|;)process (\d+):"')
+_THREAD = re.compile(r"(?:^|;)thread \((\d+|0x[0-9a-fA-F]+)\)(?:: ([^;]*))?(?:;|$)")
 _FRAME = re.compile(r"^(.*) \(([^()]*):(\d+)\)$")
 
 Classifier = Callable[[str, str], "str | None"]
@@ -120,14 +120,13 @@ def parse_line(line: str) -> Stack | None:
     head, sep, count_s = line.rpartition(" ")
     if not sep or not count_s.isdigit():
         return None
-    pid: int | None = None
-    pos = 0
-    while m := _PROCESS.match(head, pos):
-        pid = int(m.group(1))
-        pos = m.end()
-    m = _THREAD.match(head, pos)
+    # py-spy does not escape quotes inside a process's command line (vLLM's JSON flags hold
+    # some), so the process frames cannot be split on quotes: the thread frame marks their end.
+    m = _THREAD.search(head)
     if m is None:
         return None
+    pids = _PROCESS.findall(head, 0, m.start())
+    pid = int(pids[-1]) if pids else None
     tid_s = m.group(1)
     tid = int(tid_s, 16) if tid_s.startswith("0x") else int(tid_s)
     name = (m.group(2) or "").strip()
@@ -142,14 +141,19 @@ def parse_line(line: str) -> Stack | None:
     return Stack(pid, tid, name, tuple(frames), int(count_s))
 
 
-_QUOTED_CMDLINE = re.compile(r'process \d+:"(?:[^"\\]|\\.)*"', re.S)
-
-
 def parse(text: str) -> list[Stack]:
-    # A command line may hold newlines (python -c "..."): they are inside the quotes of a
-    # process frame, and must not end the stack there.
-    text = _QUOTED_CMDLINE.sub(lambda m: m.group(0).replace("\n", " "), text)
-    return [s for s in (parse_line(ln) for ln in text.splitlines()) if s is not None]
+    # A command line may hold newlines (python -c "..."): a record runs on until its thread
+    # frame has been seen, so a line break inside a process frame does not end it.
+    out = []
+    buf = ""
+    for ln in text.splitlines():
+        buf = f"{buf} {ln}" if buf else ln
+        if _THREAD.search(buf):
+            stack = parse_line(buf)
+            buf = ""
+            if stack is not None:
+                out.append(stack)
+    return out
 
 
 def _top(

@@ -23,8 +23,10 @@ from monitor.profiling.pyspy import ProfileError
 
 TURN_ON = (
     'restart vLLM with --profiler-config \'{"profiler": "torch", "torch_profiler_dir": '
-    '"/abs/dir"}\' (releases before 0.11: VLLM_TORCH_PROFILER_DIR=/abs/dir); it is for '
-    "development: profiling slows the engine while it runs"
+    '"/abs/dir", "torch_profiler_with_stack": false, '
+    '"torch_profiler_dump_cuda_time_total": false}\' (the last two keep the trace small and '
+    "the stop quick; releases before the profiler config read VLLM_TORCH_PROFILER_DIR=/abs/dir);"
+    " profiling slows the engine while it runs"
 )
 TRACE_GLOB = "*.pt.trace.json*"
 

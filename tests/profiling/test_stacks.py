@@ -77,3 +77,15 @@ def test_a_command_line_with_newlines_does_not_split_the_stack() -> None:
     raw = 'process 9:"python -c import time\nwhile True:\n    f()";thread (10);<module> (<string>:1) 99\n'
     (s,) = parse(raw)
     assert (s.pid, s.tid, s.count) == (9, 10, 99)
+
+
+def test_unescaped_quotes_in_a_command_line_are_read() -> None:
+    # What py-spy wrote for vLLM started with --profiler-config '{"profiler": "torch"}'.
+    raw = (
+        'process 20029:"python -m vllm.entrypoints.openai.api_server --profiler-config '
+        '{"profiler": "torch", "torch_profiler_dir": "/tmp/t"}";process 20256:"VLLM::EngineCore";'
+        "thread (20256): VLLM::EngineCor;run_busy_loop (vllm/v1/engine/core.py:900) 12\n"
+    )
+    (s,) = parse(raw)
+    assert (s.pid, s.tid, s.thread) == (20256, 20256, "VLLM::EngineCor")
+    assert s.frames == (("run_busy_loop", "vllm/v1/engine/core.py", 900),)

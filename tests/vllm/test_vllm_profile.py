@@ -1,0 +1,33 @@
+"""Which code, on a real vLLM (CPU build): the engine-core thread's top functions are vLLM's."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from vllm_load import Load
+from vllm_support import SEQ_CAP, snapshot
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+
+def test_the_engine_core_threads_top_functions_live_in_vllm(seq_cap_server: Any) -> None:
+    # Four streams fill the four slots: the engine core steps back to back, its thread the limit.
+    with Load(seq_cap_server.url, concurrency=SEQ_CAP, max_tokens=300) as load:
+        time.sleep(2)
+        report = snapshot(seq_cap_server.url, 5, "--profile")
+    assert load.stats.errors == []
+    prof = report["engines"][0]["cpu_profile"]
+    assert prof is not None and prof["samples"] >= 50, prof
+    busiest = report["host"]["busiest_thread"]
+    # The thread profiled is the one the host source found busiest: vLLM's engine core.
+    assert prof["tid"] == busiest["tid"], (prof["tid"], busiest)
+    assert "EngineCore" in (prof["thread"] + busiest["name"]), (prof["thread"], busiest)
+    # Its top frames, by time including callees, below the thread's own entry points, are
+    # vLLM's: the engine loop, its scheduler, its model runner.
+    vllm_frames = [f for f in prof["inclusive"] if f["file"].startswith("vllm/")]
+    assert vllm_frames and vllm_frames[0]["total_share"] >= 0.5, prof["inclusive"]
+    top_self = prof["functions"][:5]
+    share_in_vllm = sum(f["self_share"] for f in top_self if f["file"].startswith("vllm/"))
+    assert share_in_vllm > 0, top_self
