@@ -21,9 +21,11 @@ def test_the_engine_core_threads_top_functions_live_in_vllm(seq_cap_server: Any)
     prof = report["engines"][0]["cpu_profile"]
     assert prof is not None and prof["samples"] >= 50, prof
     busiest = report["host"]["busiest_thread"]
-    # The thread profiled is the one the host source found busiest: vLLM's engine core.
+    # The thread profiled is the one the host source found busiest: one of vLLM's engine
+    # processes (0.32 on CPU runs the model in VLLM::Worker, a child of VLLM::EngineCore,
+    # and that worker's main thread is the busiest).
     assert prof["tid"] == busiest["tid"], (prof["tid"], busiest)
-    assert "EngineCore" in (prof["thread"] + busiest["name"]), (prof["thread"], busiest)
+    assert prof["thread"].startswith("VLLM::"), (prof["thread"], busiest)
     # Its top frames, by time including callees, below the thread's own entry points, are
     # vLLM's: the engine loop, its scheduler, its model runner.
     vllm_frames = [f for f in prof["inclusive"] if f["file"].startswith("vllm/")]
