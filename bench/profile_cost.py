@@ -54,13 +54,15 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def window(url: str, seconds: float, root_pid: int | None) -> tuple[float, float, int]:
+def window(
+    url: str, seconds: float, root_pid: int | None, tree: bool = True, nice: bool = True
+) -> tuple[float, float, int]:
     """(tok/s, py-spy CPU seconds, samples) over one window; profiled when root_pid is given."""
     cpu0 = children_cpu()
     tok0, t0 = generated(url), time.monotonic()
     samples = 0
     if root_pid is not None:
-        rec = pyspy.start(root_pid, seconds, pyspy.DEFAULT_RATE, subprocesses=True)
+        rec = pyspy.start(root_pid, seconds, pyspy.DEFAULT_RATE, subprocesses=tree, niceness=nice)
         raw = rec.finish()
         samples = sum(s.count for s in pyspy.parse(raw)) if raw else 0
     else:
@@ -69,11 +71,26 @@ def window(url: str, seconds: float, root_pid: int | None) -> tuple[float, float
     return (tok1 - tok0) / (t1 - t0), children_cpu() - cpu0, samples
 
 
+def busiest_process(root: int) -> int:
+    """The process of the tree that burns the most CPU over a second (vLLM's worker, here)."""
+    import psutil
+
+    procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    before = {p.pid: sum(p.cpu_times()[:2]) for p in procs}
+    time.sleep(1.0)
+    return max(procs, key=lambda p: sum(p.cpu_times()[:2]) - before[p.pid]).pid
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--hot-process", action="store_true",
+        help="profile only the busiest engine process (as watch/agent do), not the whole tree",
+    )  # fmt: skip
+    ap.add_argument("--no-nice", action="store_true", help="py-spy at normal priority")
     args = ap.parse_args()
     python = serve.ensure_venv()
     model = serve.ensure_model(python)
@@ -83,12 +100,20 @@ def main() -> int:
         root = server.pid
         with Load(server.url, concurrency=4, max_tokens=300) as load:
             time.sleep(5)  # past the first requests' prefill and compile
+            if args.hot_process:
+                root = busiest_process(root)
             for i in range(args.pairs):
                 order = (None, root) if i % 2 == 0 else (root, None)
                 pair = {}
                 for target in order:
                     s0 = time.monotonic()
-                    tok_s, cpu_s, samples = window(server.url, args.seconds, target)
+                    tok_s, cpu_s, samples = window(
+                        server.url,
+                        args.seconds,
+                        None if target is None else root,
+                        tree=not args.hot_process,
+                        nice=not args.no_nice,
+                    )
                     n, worst = probe.stalls(s0, time.monotonic())
                     pair["on" if target else "off"] = (tok_s, cpu_s, samples, n, worst)
                 rows.append(pair)
@@ -105,8 +130,14 @@ def main() -> int:
         f"date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"machine: {machine.describe()}",
         f"method: {args.pairs} pairs of {args.seconds:g} s windows, order flipped each pair; "
-        f"py-spy record --nonblocking --rate {pyspy.DEFAULT_RATE} --subprocesses on the "
-        "server's process tree; tok/s from vllm:generation_tokens_total; "
+        f"py-spy record --nonblocking --rate {pyspy.DEFAULT_RATE} "
+        + (
+            "on the busiest engine process only (as watch/agent)"
+            if args.hot_process
+            else "--subprocesses on the server's process tree (as snapshot --profile)"
+        )
+        + (", at normal priority" if args.no_nice else ", at nice 19 (headroom's default)")
+        + "; tok/s from vllm:generation_tokens_total; "
         f"pairs that lost over {STALL_S * 1000:.0f} ms to stalls left out ({len(clean)}/{len(rows)} kept)",
         f"load: 4 closed-loop streams of 300 tokens, --max-num-seqs 4; client errors: {len(errors)}",
         "",

@@ -108,6 +108,16 @@ class Profiler:
         )
         self.last_error = None
         self.taken += 1
+        top = prof.functions[0] if prof.functions else None
+        log.info(
+            "profiled process %s thread %s for %g s: %s",
+            pid,
+            prof.thread or prof.tid,
+            seconds,
+            f"{100 * top.self_share:.0f}% in {top.function} ({top.where()})"
+            if top
+            else "no samples",
+        )
         self.monitor.set_cpu_profile(prof)
         self.monitor.refresh()
         return prof
