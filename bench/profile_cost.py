@@ -55,14 +55,19 @@ def children_cpu() -> float:
 
 
 def window(
-    url: str, seconds: float, root_pid: int | None, tree: bool = True, nice: bool = True
+    url: str,
+    seconds: float,
+    root_pid: int | None,
+    tree: bool = True,
+    nice: bool = True,
+    rate: int = pyspy.DEFAULT_RATE,
 ) -> tuple[float, float, int]:
     """(tok/s, py-spy CPU seconds, samples) over one window; profiled when root_pid is given."""
     cpu0 = children_cpu()
     tok0, t0 = generated(url), time.monotonic()
     samples = 0
     if root_pid is not None:
-        rec = pyspy.start(root_pid, seconds, pyspy.DEFAULT_RATE, subprocesses=tree, niceness=nice)
+        rec = pyspy.start(root_pid, seconds, rate, subprocesses=tree, niceness=nice)
         raw = rec.finish()
         samples = sum(s.count for s in pyspy.parse(raw)) if raw else 0
     else:
@@ -91,6 +96,7 @@ def main() -> int:
         help="profile only the busiest engine process (as watch/agent do), not the whole tree",
     )  # fmt: skip
     ap.add_argument("--no-nice", action="store_true", help="py-spy at normal priority")
+    ap.add_argument("--rate", type=int, default=pyspy.DEFAULT_RATE, help="py-spy samples/s")
     args = ap.parse_args()
     python = serve.ensure_venv()
     model = serve.ensure_model(python)
@@ -113,6 +119,7 @@ def main() -> int:
                         None if target is None else root,
                         tree=not args.hot_process,
                         nice=not args.no_nice,
+                        rate=args.rate,
                     )
                     n, worst = probe.stalls(s0, time.monotonic())
                     pair["on" if target else "off"] = (tok_s, cpu_s, samples, n, worst)
@@ -130,7 +137,7 @@ def main() -> int:
         f"date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"machine: {machine.describe()}",
         f"method: {args.pairs} pairs of {args.seconds:g} s windows, order flipped each pair; "
-        f"py-spy record --nonblocking --rate {pyspy.DEFAULT_RATE} "
+        f"py-spy record --nonblocking --rate {args.rate} "
         + (
             "on the busiest engine process only (as watch/agent)"
             if args.hot_process

@@ -268,6 +268,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = (
                 b"headroom agent\n/metrics  Prometheus metrics\n/healthz  200 while sampling "
                 b"is fresh\n/api/v1/snapshot  the latest report (JSON)\n"
+                b"POST /api/v1/profile?seconds=S  profile the engine's hot thread "
+                b"(with --allow-profile)\n"
             )
             self._send(200, body, "text/plain; charset=utf-8", head)
         else:

@@ -69,7 +69,7 @@ class AgentConfig(BaseModel):
     # While cpu-bound holds, profile the engine's hot thread by itself at most this often
     # (seconds, per process); 0 turns the automatic profile off.
     profile_every: float = 300.0
-    profile_rate: int = 50
+    profile_rate: int = 20  # samples a second (snapshot --profile: 50, its windows are short)
 
     @field_validator("interval", "window", "timeout", "stale_after")
     @classmethod

@@ -101,7 +101,11 @@ def check_trace(name: str, step: Callable[[], object], n: int, out: Path) -> dic
         if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type)
     ]
     kernels_total = sum(e.count for e in device)
-    device_us = sum(getattr(e, "self_device_time_total", 0.0) for e in device)
+    # torch >= 2.4 names it self_device_time_total; older releases self_cuda_time_total.
+    device_us = sum(
+        getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+        for e in device
+    )
     wall_us = statistics.median(walls) * 1e6
     ref_idle = max(0.0, 1.0 - (device_us / n) / wall_us)
     result = {

@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="while cpu-bound holds, profile the engine's hot thread by itself at most every "
         "S seconds per process (default 300; 0 = never)",
     )
-    g.add_argument("--profile-rate", type=int, metavar="HZ", help="py-spy samples a second (50)")
+    g.add_argument("--profile-rate", type=int, metavar="HZ", help="py-spy samples a second (20)")
     g = p.add_argument_group("timing")
     g.add_argument(
         "--interval", type=float, metavar="S", help="seconds between readings (default 1)"

@@ -103,35 +103,55 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_root(args: argparse.Namespace, sources: list) -> int:  # type: ignore[type-arg]
-    """The process to profile: --pid, else the engine's process found from its port (with
-    its children: vLLM's engine core is a child of the API server)."""
+def _profile_target(args: argparse.Namespace, sources: list) -> tuple[int, bool]:  # type: ignore[type-arg]
+    """(pid, follow its children): --pid with its children, else the engine's process that
+    burns the most CPU over half a second. One process costs py-spy a third of what the
+    whole tree does (an API server, an engine core, a worker: bench/profile_cost.py)."""
     from monitor.profiling.pyspy import ProfileError
 
     if args.pid:
-        return int(args.pid[0])
+        return int(args.pid[0]), True
     host = next((s for s in sources if getattr(s, "name", "") == "host"), None)
-    pids = set(host.tracked_pids) if host is not None else set()
+    pids = sorted(host.tracked_pids) if host is not None else []
     if not pids:
         raise ProfileError(
             "--profile needs the engine's process: a --vllm URL on this host, or --pid PID"
         )
+    import time
+
     import psutil
 
-    roots = []
-    for pid in sorted(pids):
+    def cpu(pid: int) -> float:
         try:
-            if psutil.Process(pid).ppid() not in pids:
-                roots.append(pid)
+            t = psutil.Process(pid).cpu_times()
+            return t.user + t.system
         except psutil.Error:
-            continue
-    return roots[0] if roots else min(pids)
+            return -1.0
+
+    before = {pid: cpu(pid) for pid in pids}
+    time.sleep(0.5)
+    used = {pid: cpu(pid) - before[pid] for pid in pids if before[pid] >= 0}
+    busiest = max(used, key=lambda p: used[p], default=None)
+    if busiest is None or used[busiest] < 0.05:  # all idle: the tree, to find what runs
+        roots = [p for p in pids if _parent(p) not in pids]
+        return (roots[0] if roots else pids[0]), True
+    return busiest, False
+
+
+def _parent(pid: int) -> int | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return None
 
 
 def _start_profile(args: argparse.Namespace, sources: list) -> object:  # type: ignore[type-arg]
     from monitor.profiling import pyspy
 
-    return pyspy.start(_profile_root(args, sources), args.window, args.profile_rate)
+    pid, tree = _profile_target(args, sources)
+    return pyspy.start(pid, args.window, args.profile_rate, subprocesses=tree)
 
 
 def _finish_profile(recording: object, monitor: object) -> None:

@@ -19,6 +19,11 @@ from monitor.profiling.stacks import CpuProfile
 log = logging.getLogger(__name__)
 
 DEFAULT_EVERY_S = 300.0
+# Samples a second for profiles taken by themselves or on demand: 10 s at 20/s is 200
+# samples, and py-spy on one vLLM process costs ~1.5% of a core at 20/s against ~2.7% at
+# 50/s (bench/results/profile_cost_hot_process*.txt). snapshot --profile keeps 50/s: its
+# windows are short, and it runs once, when asked.
+AUTO_RATE = 20
 MAX_SECONDS = 60.0
 
 
@@ -34,7 +39,7 @@ class Profiler:
         monitor: Any,
         seconds: float,
         every_s: float = DEFAULT_EVERY_S,
-        rate: int = pyspy.DEFAULT_RATE,
+        rate: int = AUTO_RATE,
         auto: bool = True,
         clock: Callable[[], float] = time.monotonic,
         take: Callable[..., CpuProfile] = pyspy.profile,

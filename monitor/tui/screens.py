@@ -221,6 +221,9 @@ def verdict_words(text: Text, v: Mapping[str, Any]) -> None:
             text.append(f"  - {fmt.evidence_words(e)}\n")
     text.append("fix: ", style="bold")
     text.append(f"{v.get('fix', '')}\n")
+    if v.get("next"):
+        text.append("next: ", style="bold")
+        text.append(f"{v['next']}\n")
 
 
 class GpuDetailScreen(DetailScreen):
