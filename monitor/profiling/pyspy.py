@@ -207,6 +207,13 @@ def start(
     return Recording(pid, seconds, int(rate), proc, Path(name), time.monotonic())
 
 
+def _comm(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
 def build_profile(
     raw: str,
     pid: int,
@@ -227,12 +234,18 @@ def build_profile(
         main = next((t for t in threads if t.tid == want_tid), main)
     notes: tuple[str, ...] = ()
     if want_tid is not None and main.tid != want_tid:
-        notes = (f"thread {want_tid} ran no Python in the profile; showing the busiest that did",)
+        notes = (
+            f"thread {want_tid} (the window's busiest) was not sampled: it lives in another "
+            "process or ran no Python; showing the busiest thread that was",
+        )
+    owner = main.pid if main.pid >= 0 else pid
+    if not (thread_name and main.tid == want_tid):
+        # The OS name (VLLM::Worker, set by the engine) says more than Python's MainThread.
+        thread_name = _comm(owner, main.tid) or main.thread
     return CpuProfile(
         pid=main.pid if main.pid >= 0 else pid,
         tid=main.tid,
-        # The OS name (VLLM::Worker) says more than Python's (MainThread) when we have it.
-        thread=thread_name if thread_name and main.tid == want_tid else main.thread,
+        thread=thread_name,
         samples=main.samples,
         seconds=seconds,
         rate=rate,
