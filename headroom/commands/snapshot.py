@@ -164,6 +164,14 @@ def _finish_profile(recording: object, monitor: object) -> None:
     busiest = host.busiest_thread if host is not None else None
     tid = busiest.tid if busiest is not None else None
     name = busiest.name if busiest is not None else ""
-    prof = pyspy.build_profile(raw, rec.pid, rec.seconds, rec.rate, want_tid=tid, thread_name=name)
+    prof = pyspy.build_profile(
+        raw,
+        rec.pid,
+        rec.seconds,
+        rec.rate,
+        want_tid=tid,
+        thread_name=name,
+        notes_in=tuple(rec.notes),
+    )
     monitor.set_cpu_profile(prof)  # type: ignore[attr-defined]
     monitor.refresh()  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.errors import HeadroomError
@@ -135,15 +135,16 @@ class Recording:
     proc: subprocess.Popen[str]
     out: Path
     started: float
+    notes: list[str] = field(default_factory=list)
 
     def finish(self, grace_s: float = 15.0) -> str:
         try:
-            _, stderr = self.proc.communicate(timeout=self.seconds + grace_s)
+            stdout, stderr = self.proc.communicate(timeout=self.seconds + grace_s)
         except subprocess.TimeoutExpired:
             # py-spy writes what it has on SIGINT, as on Ctrl-C.
             self.proc.send_signal(signal.SIGINT)
             try:
-                _, stderr = self.proc.communicate(timeout=5)
+                stdout, stderr = self.proc.communicate(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.communicate()
@@ -156,6 +157,8 @@ class Recording:
             self.out.unlink(missing_ok=True)
         if self.proc.returncode != 0 or (not raw and "Samples: 0" not in (stderr or "")):
             raise ProfileError(explain_failure(self.pid, stderr or ""))
+        if "process exited" in f"{stdout}{stderr}".lower():
+            self.notes.append(f"process {self.pid} exited during the profile: it covers less time")
         return raw
 
     def cancel(self) -> None:
@@ -199,7 +202,7 @@ def start(
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,  # py-spy says "process exited" here, errors on stderr
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=_lowest_priority if niceness else None,
@@ -221,6 +224,7 @@ def build_profile(
     rate: int,
     want_tid: int | None = None,
     thread_name: str = "",
+    notes_in: tuple[str, ...] = (),
 ) -> CpuProfile:
     """The profile of the wanted thread (else the one with the most samples), others beside it."""
     threads = aggregate(parse(raw), classify)
@@ -232,9 +236,9 @@ def build_profile(
     main: ThreadProfile = threads[0]
     if want_tid is not None:
         main = next((t for t in threads if t.tid == want_tid), main)
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = tuple(notes_in)
     if want_tid is not None and main.tid != want_tid:
-        notes = (
+        notes += (
             f"thread {want_tid} (the window's busiest) was not sampled: it lives in another "
             "process or ran no Python; showing the busiest thread that was",
         )

@@ -96,3 +96,24 @@ def test_the_profile_of_a_python_process_is_taken(python_burner: subprocess.Pope
     assert prof["pid"] == python_burner.pid and prof["samples"] >= 20
     assert prof["functions"][0]["function"] == "<module>"
     assert prof["functions"][0]["file"] == "<string>"
+
+
+def test_a_process_that_exits_during_the_profile_still_gives_one_with_a_note() -> None:
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.time() + 2.5\nwhile time.time() < end:\n"
+         "    sum(range(10000))\n"]
+    )  # fmt: skip
+    try:
+        time.sleep(0.8)
+        proc = subprocess.run(
+            [sys.executable, "-m", "headroom", "snapshot", "--no-nvml", "--profile", "--pid",
+             str(p.pid), "--window", "4", "--json"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        p.kill()
+        p.wait()
+    assert "Traceback" not in proc.stderr
+    prof = json.loads(proc.stdout)["cpu_profile"]
+    assert prof["samples"] > 0
+    assert any("exited during the profile" in n for n in prof["notes"]), prof["notes"]
