@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import choose_encoder
 
@@ -203,6 +203,47 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._route(head=False)
 
+    def do_POST(self) -> None:
+        agent = self.server.agent
+        parts = urlsplit(self.path)
+        # Read (and drop) any body so the connection stays usable.
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(min(length, 1 << 16))
+        if agent.auth is not None and not agent.auth.check(self.headers.get("Authorization")):
+            self._send(401, b"unauthorized\n", "text/plain; charset=utf-8")
+            return
+        if parts.path != "/api/v1/profile":
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+            return
+        if not agent.config.allow_profile:
+            self._json(
+                403,
+                {"error": "profiling is off: start the agent with --allow-profile "
+                 "(HEADROOM_ALLOW_PROFILE=1, allow_profile: true)"},
+            )  # fmt: skip
+            return
+        query = parse_qs(parts.query)
+        try:
+            seconds = float(query.get("seconds", ["5"])[0])
+            if not math.isfinite(seconds):
+                raise ValueError
+        except ValueError:
+            self._json(400, {"error": "seconds must be a number"})
+            return
+        from monitor.profiling.pyspy import ProfileError
+        from monitor.profiling.runner import ProfileBusy
+
+        try:
+            prof = agent.profiler.profile_now(seconds)
+        except ProfileBusy as exc:
+            self._json(409, {"error": str(exc)})
+            return
+        except ProfileError as exc:
+            self._json(422, {"error": str(exc)})
+            return
+        self._json(200, _finite({"cpu_profile": prof.to_json()}))
+
     def _route(self, head: bool) -> None:
         agent = self.server.agent
         path = urlsplit(self.path).path
@@ -227,6 +268,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = (
                 b"headroom agent\n/metrics  Prometheus metrics\n/healthz  200 while sampling "
                 b"is fresh\n/api/v1/snapshot  the latest report (JSON)\n"
+                b"POST /api/v1/profile?seconds=S  profile the engine's hot thread "
+                b"(with --allow-profile)\n"
             )
             self._send(200, body, "text/plain; charset=utf-8", head)
         else:
@@ -275,6 +318,15 @@ class Agent:
         self.sampler = Sampler(self.sources, interval=config.interval, capacity=capacity)
         self.sampler.subscribe(self.stats.on_snapshot)
         self.monitor = Monitor(self.sampler, diagnoser, window_s=config.window, notes=self.notes)
+        from monitor.profiling.runner import Profiler
+
+        self.profiler = Profiler(
+            self.monitor,
+            seconds=min(config.window, 10.0),
+            every_s=config.profile_every,
+            rate=config.profile_rate,
+            auto=config.profile_every > 0,
+        )
         self.registry = build_registry(
             self.monitor, self.stats, VERSION, config.interval, config.window
         )

@@ -65,12 +65,33 @@ class AgentConfig(BaseModel):
     gpu_model: str | None = None
     thresholds: str | None = None
     web_config: str | None = None
+    # POST /api/v1/profile (py-spy on the engine's hot thread) only when asked for: it reads
+    # another process's memory, so it is the operator's choice, not a default.
+    allow_profile: bool = False
+    # While cpu-bound holds, profile the engine's hot thread by itself at most this often
+    # (seconds, per process); 0 turns the automatic profile off.
+    profile_every: float = 300.0
+    profile_rate: int = 20  # samples a second (snapshot --profile: 50, its windows are short)
 
     @field_validator("interval", "window", "timeout", "stale_after")
     @classmethod
     def _positive(cls, v: float | None) -> float | None:
         if v is not None and not (math.isfinite(v) and v > 0):
             raise ValueError("must be > 0")
+        return v
+
+    @field_validator("profile_every")
+    @classmethod
+    def _every(cls, v: float) -> float:
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError("must be >= 0 (0 = never by itself)")
+        return v
+
+    @field_validator("profile_rate")
+    @classmethod
+    def _rate(cls, v: int) -> int:
+        if not 1 <= v <= 1000:
+            raise ValueError("must be 1-1000 samples a second")
         return v
 
     @field_validator("gpu_util_every")

@@ -7,8 +7,10 @@ latest report (an immutable, JSON-able dict) without touching any source.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from monitor.diagnosis import Diagnoser, Diagnosis
@@ -40,6 +42,9 @@ class Monitor:
         self._diagnosis: Diagnosis | None = None
         self._report: dict[str, Any] | None = None
         self._window: WindowStats | None = None
+        self._cpu_profile: Any = None  # monitor.profiling.stacks.CpuProfile
+        # Called with each new diagnosis and its window (the auto-profiler listens here).
+        self.listeners: list[Callable[[Diagnosis, WindowStats], None]] = []
         sampler.subscribe(self._on_snapshot)
 
     def restart(self, window_s: float | None = None) -> None:
@@ -51,11 +56,35 @@ class Monitor:
         self.diagnoser.reset()
         self._restart_asked = True
 
+
+    def set_cpu_profile(self, profile: Any) -> None:
+        """The engine thread's latest profile: shown with every window while its process lives."""
+        with self._lock:
+            self._cpu_profile = profile
+
+    def cpu_profile(self) -> Any:
+        with self._lock:
+            return self._cpu_profile
+
+    def refresh(self) -> None:
+        """Diagnose the latest window again (a profile just arrived)."""
+        snap = self.sampler.latest()
+        if snap is not None:
+            self._on_snapshot(snap)
+
+    def _with_profile(self, window: WindowStats) -> WindowStats:
+        prof = self.cpu_profile()
+        if prof is None:
+            return window
+        if window.host is not None and window.host.pids and prof.pid not in window.host.pids:
+            return window  # that process has gone: its profile says nothing of the new one
+        return dataclasses.replace(window, cpu_profile=prof)
+
     def _on_snapshot(self, snap: Snapshot) -> None:
         if self._restart_asked:
             self._restart_asked = False
             self._since = snap.t
-        window = self.sampler.window(self.window_s, since=self._since)
+        window = self._with_profile(self.sampler.window(self.window_s, since=self._since))
         diagnosis = self.diagnoser.update(window)
         report = build_report(window, diagnosis.verdicts, diagnosis.analyses, self.notes)
         if self.max_window_s is not None:
@@ -66,6 +95,8 @@ class Monitor:
             self._window = window
             self._diagnosis = diagnosis
             self._report = report
+        for listener in self.listeners:
+            listener(diagnosis, window)
 
     def _widen_for(self, diagnosis: Diagnosis) -> None:
         if self.max_window_s is None:

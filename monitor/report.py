@@ -176,9 +176,13 @@ def build_report(
     per-engine figures (Little's law, caps, roofline, busy fraction), placed under
     the engine's ``analysis`` key; the key ``box`` goes to the top level."""
     engines = []
+    # The host source watches the engines' processes together: the hot thread's profile is
+    # the box's, shown on each engine it serves (one, on a vLLM box).
+    profile = window.cpu_profile.to_json() if window.cpu_profile is not None else None
     for e in window.engines:
         ej = engine_json(e)
         ej["analysis"] = dict((analyses or {}).get(engine_scope(e), {}))
+        ej["cpu_profile"] = profile
         engines.append(ej)
     return {
         "version": REPORT_VERSION,
@@ -195,6 +199,7 @@ def build_report(
         ],
         "notes": list(notes),
         "box": dict((analyses or {}).get("box", {})),
+        "cpu_profile": profile,
         "verdicts": [v.to_json() for v in verdicts],
     }
 
@@ -278,10 +283,20 @@ def render_text(report: Mapping[str, Any]) -> str:
         for v in report["verdicts"]:
             lines.append(f"  [{v['cause']}] {v['scope']}  confidence {v['confidence']:.2f}")
             lines.append(f"    {v['summary']}")
-            ev = ", ".join(_evidence_text(x) for x in v["evidence"])
+            ev = ", ".join(_evidence_text(x) for x in v["evidence"] if "profile" not in x)
             if ev:
                 lines.append(f"    evidence: {ev}")
+            for x in v["evidence"]:
+                if "profile" in x:
+                    lines += ["    " + ln for ln in profile_lines(x["profile"])]
             lines.append(f"    fix: {v['fix']}")
+            if v.get("next"):
+                lines.append(f"    next: {v['next']}")
+    shown = any("profile" in x for v in report.get("verdicts", ()) for x in v["evidence"])
+    engine_profile = report.get("cpu_profile")
+    if engine_profile and not shown:
+        lines.append("")
+        lines += profile_lines(engine_profile)
     for err in report["errors"]:
         lines.append(f"! {error_line(err)}")
     for note in report.get("notes", []):
@@ -362,3 +377,24 @@ def _evidence_text(e: Mapping[str, Any]) -> str:
     if e.get("threshold") is None or not e.get("op"):
         return f"{e['name']}={v}"
     return f"{e['name']}={v} {e['op']} {e['threshold']:.3g}"
+
+
+def profile_lines(p: Mapping[str, Any], top: int = 10) -> list[str]:
+    """A CPU profile as a table: the thread, then its top functions by own time."""
+    name = p.get("thread") or f"thread {p.get('tid')}"
+    out = [
+        f"cpu profile: {name} (pid {p['pid']}, tid {p.get('tid')}), {p['samples']} samples "
+        f"over {p['seconds']:g} s at {p.get('rate')}/s (py-spy, non-blocking)",
+        "   self  total  function (file:line)",
+    ]
+    for f in p["functions"][:top]:
+        out.append(
+            f"  {100 * f['self_share']:4.0f}%  {100 * f['total_share']:4.0f}%  "
+            f"{f['function']} ({f['file']}:{f['line']})"
+        )
+    kinds = p.get("kinds") or {}
+    if kinds:
+        out.append("  by kind: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in kinds.items()))
+    for note in p.get("notes", ()):
+        out.append(f"  note: {note}")
+    return out

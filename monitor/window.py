@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot, SourceError
 
@@ -432,6 +433,9 @@ class WindowStats:
     host: HostWindow | None
     errors: tuple[SourceError, ...]  # those of the latest tick
     load: tuple[tuple[str, float], ...]  # means of the load generator's figures
+    # The engine thread's latest Python profile (monitor.profiling.stacks.CpuProfile), set
+    # by whoever took it (snapshot --profile, the auto-profiler); never computed here.
+    cpu_profile: Any = None
 
     @property
     def duration_s(self) -> float:

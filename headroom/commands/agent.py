@@ -15,7 +15,7 @@ from monitor.config import DEFAULT_PORT
 _FLAG_FIELDS = (
     "listen", "vllm", "engine", "dcgm_exporter", "interval", "window", "timeout", "stale_after",
     "max_num_seqs", "max_num_batched_tokens", "gpu_model", "thresholds", "web_config",
-    "pids", "nvml", "gpm", "dcgm", "host",
+    "pids", "nvml", "gpm", "dcgm", "host", "allow_profile", "profile_every", "profile_rate",
 )  # fmt: skip
 
 
@@ -65,6 +65,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--timeout", type=float, help="HTTP timeout per source read in seconds (default 2)"
     )
+    g = p.add_argument_group("profiling")
+    g.add_argument(
+        "--allow-profile",
+        action="store_const",
+        const=True,
+        help="serve POST /api/v1/profile?seconds=S (py-spy on the engine's hot thread, "
+        "behind the same auth as the rest)",
+    )
+    g.add_argument(
+        "--profile-every",
+        type=float,
+        metavar="S",
+        help="while cpu-bound holds, profile the engine's hot thread by itself at most every "
+        "S seconds per process (default 300; 0 = never)",
+    )
+    g.add_argument("--profile-rate", type=int, metavar="HZ", help="py-spy samples a second (20)")
     g = p.add_argument_group("timing")
     g.add_argument(
         "--interval", type=float, metavar="S", help="seconds between readings (default 1)"

@@ -34,6 +34,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="seconds between readings (default: a quarter of the window, at most 1)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also sample the Python stacks of the engine's processes over the window (py-spy, "
+        "non-blocking: the engine is never paused) and name its hot thread's top functions",
+    )
+    p.add_argument(
+        "--profile-rate",
+        type=int,
+        default=50,
+        metavar="HZ",
+        help="py-spy samples a second with --profile (default 50)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,9 +69,17 @@ def run(args: argparse.Namespace) -> int:
         )
     sampler = Sampler(sources, interval=interval, capacity=10_000)
     monitor = Monitor(sampler, diagnoser, window_s=args.window, notes=tuple(notes))
+    recording = None
     try:
+        if args.profile:
+            recording = _start_profile(args, sources)
         sampler.run(duration=args.window)
+        if recording is not None:
+            _finish_profile(recording, monitor)
+            recording = None
     finally:
+        if recording is not None:
+            recording.cancel()
         sampler.close()
     report = monitor.report()
     assert report is not None  # run() ticks at least once
@@ -88,3 +109,77 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _profile_target(args: argparse.Namespace, sources: list) -> tuple[int, bool]:  # type: ignore[type-arg]
+    """(pid, follow its children): --pid with its children, else the engine's process that
+    burns the most CPU over half a second. One process costs py-spy a third of what the
+    whole tree does (an API server, an engine core, a worker: bench/profile_cost.py)."""
+    from monitor.profiling.pyspy import ProfileError
+
+    if args.pid:
+        return int(args.pid[0]), True
+    host = next((s for s in sources if getattr(s, "name", "") == "host"), None)
+    pids = sorted(host.tracked_pids) if host is not None else []
+    if not pids:
+        raise ProfileError(
+            "--profile needs the engine's process: a --vllm URL on this host, or --pid PID"
+        )
+    import time
+
+    import psutil
+
+    def cpu(pid: int) -> float:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            return t.user + t.system
+        except psutil.Error:
+            return -1.0
+
+    before = {pid: cpu(pid) for pid in pids}
+    time.sleep(0.5)
+    used = {pid: cpu(pid) - before[pid] for pid in pids if before[pid] >= 0}
+    busiest = max(used, key=lambda p: used[p], default=None)
+    if busiest is None or used[busiest] < 0.05:  # all idle: the tree, to find what runs
+        roots = [p for p in pids if _parent(p) not in pids]
+        return (roots[0] if roots else pids[0]), True
+    return busiest, False
+
+
+def _parent(pid: int) -> int | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return None
+
+
+def _start_profile(args: argparse.Namespace, sources: list) -> object:  # type: ignore[type-arg]
+    from monitor.profiling import pyspy
+
+    pid, tree = _profile_target(args, sources)
+    return pyspy.start(pid, args.window, args.profile_rate, subprocesses=tree)
+
+
+def _finish_profile(recording: object, monitor: object) -> None:
+    from monitor.profiling import pyspy
+
+    rec: pyspy.Recording = recording  # type: ignore[assignment]
+    raw = rec.finish()
+    window = monitor.window()  # type: ignore[attr-defined]
+    host = window.host if window is not None else None
+    busiest = host.busiest_thread if host is not None else None
+    tid = busiest.tid if busiest is not None else None
+    name = busiest.name if busiest is not None else ""
+    prof = pyspy.build_profile(
+        raw,
+        rec.pid,
+        rec.seconds,
+        rec.rate,
+        want_tid=tid,
+        thread_name=name,
+        notes_in=tuple(rec.notes),
+    )
+    monitor.set_cpu_profile(prof)  # type: ignore[attr-defined]
+    monitor.refresh()  # type: ignore[attr-defined]

@@ -46,6 +46,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--record", metavar="FILE", help="record from the start to FILE (r toggles it in the UI)"
     )
     g.add_argument("--sweep", metavar="DIR", help="follow a sweep's output directory (w shows it)")
+    g.add_argument(
+        "--profile-every",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="while cpu-bound holds, profile the engine's hot thread by itself (py-spy, "
+        "non-blocking) at most every S seconds per process (default 300; 0 = never; "
+        "p on an engine profiles now)",
+    )
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -94,6 +103,16 @@ def run(args: argparse.Namespace) -> int:
         sampler = Sampler(sources, interval=args.interval)
         monitor = Monitor(sampler, diagnoser, window_s=args.window, notes=tuple(notes))
         feed = LocalFeed(monitor, header={"diagnosis": caps_header(args), "notes": list(notes)})
+        from monitor.profiling.runner import Profiler
+
+        if args.profile_every < 0:
+            raise ConfigError("--profile-every must be 0 (never) or positive")
+        feed.profiler = Profiler(
+            monitor,
+            seconds=min(args.window, 10.0),
+            every_s=args.profile_every,
+            auto=args.profile_every > 0,
+        )
     return run_app(feed, record=args.record, sweep=args.sweep)
 
 

@@ -27,6 +27,7 @@ from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict
 from monitor.diagnosis.scheduler_rules import kv_cap, seq_cap, starved, token_cap
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
+from monitor.profiling.handoff import gpu_next_steps
 from monitor.report import engine_scope
 from monitor.window import WindowStats
 
@@ -272,5 +273,32 @@ def diagnose(
         for e in window.engines
     }
     analyses["box"] = _box_analysis(ctx)
+    verdicts = [_hand_off(ctx, v) for v in verdicts]
     ordered = order(verdicts, thresholds)
     return Diagnosis(defer_to_lead(ordered) if reconcile else ordered, analyses)
+
+
+_KERNEL_CAUSES = (
+    "launch-bound",
+    "small-kernels",
+    "transfer-bound",
+    "compute-bound",
+    "memory-bound",
+    "comm-bound",
+)
+
+
+def _hand_off(ctx: Context, v: Verdict) -> Verdict:
+    """A GPU verdict names the resource; add the command that shows which kernels use it."""
+    if v.cause not in _KERNEL_CAUSES:
+        return v
+    host = ctx.window.host
+    pid = None
+    if host is not None:
+        pid = host.busiest_thread.pid if host.busiest_thread is not None else None
+        if pid is None and host.pids:
+            pid = host.pids[0]
+    url = None
+    if ctx.window.engines:
+        url = ctx.window.engines[0].url.removesuffix("/metrics")
+    return dataclasses.replace(v, next=gpu_next_steps(v.cause, pid, url))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Cause = Literal[
     "idle",
@@ -79,6 +79,11 @@ class Verdict:
     summary: str  # one line in words
     since: float | None = None  # wall time it started (set by hysteresis)
     missing: tuple[str, ...] = ()  # sources whose absence lowered confidence
+    # cpu-bound: the engine thread's Python profile (monitor.profiling.stacks.CpuProfile),
+    # written into the evidence as one entry named "cpu_profile".
+    cpu_profile: Any = None
+    # GPU causes: the exact next command for a profiler that sees kernels, for this box.
+    next: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -89,6 +94,7 @@ class Verdict:
             "fix": self.fix,
             "since": self.since,
             "missing": list(self.missing),
+            "next": self.next or None,
             "evidence": [
                 {
                     "name": e.name,
@@ -99,5 +105,20 @@ class Verdict:
                     "unit": e.unit,
                 }
                 for e in self.evidence
-            ],
+            ]
+            + (
+                [
+                    {
+                        "name": "cpu_profile",
+                        "value": None,
+                        "threshold": None,
+                        "op": "",
+                        "test": "",
+                        "unit": "",
+                        "profile": self.cpu_profile.to_json(),
+                    }
+                ]
+                if self.cpu_profile is not None
+                else []
+            ),
         }

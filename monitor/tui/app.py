@@ -54,7 +54,9 @@ class HeadroomApp(App[int]):
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
         Binding("s", "next_scenario", "Scenario"),
-        Binding("p,space", "pause", "Pause"),
+        # p on a focused engine panel profiles it; anywhere else p pauses, as space does.
+        Binding("p", "pause_or_profile", "Pause"),
+        Binding("space", "pause", "Pause", show=False),
         Binding("r", "record", "Record"),
         Binding("w", "sweep", "Sweep"),
         Binding("tab", "app.focus_next", "Panel", show=False),
@@ -237,9 +239,41 @@ class HeadroomApp(App[int]):
             return self.scenarios is not None
         return True
 
+    def action_pause_or_profile(self) -> None:
+        from monitor.tui.widgets import EnginePanel
+
+        if isinstance(self.screen, MainScreen) and isinstance(self.screen.focused, EnginePanel):
+            self.action_profile()
+        else:
+            self.action_pause()
+
     def action_pause(self) -> None:
         self.paused = not self.paused
         self._publish()
+
+    def action_profile(self) -> None:
+        """Profile the engine's hot thread now, in a worker: py-spy blocks for its seconds."""
+        profile = getattr(self.feed, "profile", None)
+        if profile is None:
+            self.notify("this feed cannot profile", severity="warning")
+            return
+        self.notify("profiling the engine's hot thread...", title="profile", timeout=3)
+
+        def work() -> None:
+            try:
+                prof = profile()
+            except HeadroomError as exc:
+                self._post(self.notify, str(exc), title="profile refused", severity="error")
+                return
+            name = prof.get("thread") or f"thread {prof.get('tid')}"
+            top = (prof.get("functions") or [{}])[0]
+            self._post(
+                self.notify,
+                f"{name}: {100 * top.get('self_share', 0):.0f}% in {top.get('function', '?')}",
+                title="profile",
+            )
+
+        self.run_worker(work, thread=True, group="profile", exclusive=True)
 
     def action_faster(self) -> None:
         self.notify(f"now {self.feed.faster()}", timeout=2)

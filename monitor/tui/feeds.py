@@ -111,6 +111,15 @@ class LocalFeed(_RecordingMixin):
         self._closed = False
         # Subscribed after the Monitor's own listener, so its report for this snapshot is ready.
         monitor.sampler.subscribe(self._on_snapshot)
+        self.profiler: Any = None  # monitor.profiling.runner.Profiler, set by the command
+
+    def profile(self) -> Mapping[str, Any]:
+        """Profile the engine's hot thread now (blocks); the next frames carry it."""
+        from monitor.profiling.pyspy import ProfileError
+
+        if self.profiler is None:
+            raise ProfileError("profiling is off in this session")
+        return self.profiler.profile_now().to_json()
 
     def _on_snapshot(self, snap: Snapshot) -> None:
         report = self.monitor.report()
@@ -195,6 +204,25 @@ class RemoteFeed(_RecordingMixin):
             return Frame(None, error=f"{self.url}: the answer is not a headroom report")
         self._record(None, report)
         return Frame(freeze(report))
+
+    def profile(self, seconds: float = 5.0) -> Mapping[str, Any]:
+        """Ask the agent for a profile (POST /api/v1/profile); its refusal comes back in one line."""
+        import httpx
+
+        from monitor.profiling.pyspy import ProfileError
+
+        url = self.url.removesuffix("/snapshot") + f"/profile?seconds={seconds:g}"
+        try:
+            resp = self._client.post(url, timeout=seconds + 30)
+        except httpx.HTTPError as exc:
+            raise ProfileError(f"{url}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        try:
+            body = resp.json()
+        except ValueError:
+            body = {}
+        if resp.status_code != 200:
+            raise ProfileError(str(body.get("error") or f"{url}: HTTP {resp.status_code}"))
+        return body["cpu_profile"]
 
     def next(self, stop: threading.Event) -> Frame | None:
         if self._next_at is None:
@@ -304,6 +332,11 @@ class ReplayFeed(_RecordingMixin):
         rep = tick.report or {}
         v = rep.get("time")
         return float(v) if isinstance(v, (int, float)) else None
+
+    def profile(self) -> Mapping[str, Any]:
+        from monitor.profiling.pyspy import ProfileError
+
+        raise ProfileError("a replay has no live engine to profile")
 
     def step(self) -> Frame | None:
         """The next frame at once, without waiting (tests and the paused view use it)."""

@@ -14,6 +14,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from monitor.report import profile_lines
 from monitor.tui import fmt
 from monitor.tui.sweep import SweepState, chart, load_of
 from monitor.tui.view import GPU_SOURCES, View
@@ -236,9 +237,13 @@ def verdict_words(text: Text, v: Mapping[str, Any]) -> None:
     text.append(f" (confidence {fmt.pct(v.get('confidence'), 0).strip()})\n")
     text.append(f"{v.get('summary', '')}\n")
     for e in v.get("evidence", ()):
-        text.append(f"  - {fmt.evidence_words(e)}\n")
+        if "profile" not in e:  # the profile has its own table on the engine screen
+            text.append(f"  - {fmt.evidence_words(e)}\n")
     text.append("fix: ", style="bold")
     text.append(f"{v.get('fix', '')}\n")
+    if v.get("next"):
+        text.append("next: ", style="bold")
+        text.append(f"{v['next']}\n")
 
 
 class GpuDetailScreen(DetailScreen):
@@ -352,7 +357,11 @@ CACHE_KEYS = frozenset(
 
 
 class EngineDetailScreen(DetailScreen):
-    BINDINGS = [*DetailScreen.BINDINGS, Binding("c", "toggle_config", "All cache config")]
+    BINDINGS = [
+        *DetailScreen.BINDINGS,
+        Binding("c", "toggle_config", "All cache config"),
+        Binding("p", "app.profile", "Profile"),
+    ]
 
     def __init__(self, key: str) -> None:
         super().__init__(name="engine")
@@ -487,6 +496,15 @@ class EngineDetailScreen(DetailScreen):
         text.append("\n")
         widens = bool((view.report or {}).get("window_widens_to_s"))
         text.append_text(littles_lines(e, width, widens))
+        prof = e.get("cpu_profile")
+        if prof:
+            text.append("\n")
+            for line in profile_lines(prof):
+                text.append(fmt.clip(line, width) + "\n")
+        else:
+            text.append(
+                "\ncpu profile: none taken (p profiles the engine's hot thread)\n", style="dim"
+            )
         scope_prefix = f"engine:{e.get('model_name')}/{e.get('engine')}@"
         for v in (view.report or {}).get("verdicts", ()):
             if str(v.get("scope", "")).startswith(scope_prefix):
@@ -557,6 +575,7 @@ def draw_sweep(state: SweepState | None, width: int) -> Text:
 HELP = [
     ("q", "quit"),
     ("p / space", "pause or resume the display (a replay stops advancing)"),
+    ("p on an engine", "profile its hot thread's Python stacks (py-spy, non-blocking)"),
     ("tab / shift+tab", "move between panels"),
     ("enter", "detail of the focused panel (the engine's when none is)"),
     ("g / e", "detail of the first GPU / engine"),

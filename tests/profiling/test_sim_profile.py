@@ -1,0 +1,40 @@
+"""The simulator's cpu-bound scenario burns its host CPU in named functions, in a known
+split: `headroom snapshot --profile` names them, with shares within 10 points of it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from simulator import SCENARIOS, start_sim
+
+
+def test_the_profile_names_the_detokeniser_and_the_scheduler_in_their_split() -> None:
+    engine = SCENARIOS["cpu-bound"].engine
+    with start_sim(scenario="cpu-bound", port=0, load=True) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "headroom", "snapshot", "--vllm", sim.url,
+             "--dcgm-exporter", sim.gpu_metrics_url, "--no-nvml", "--window", "6",
+             "--profile", "--json"],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    (eng,) = report["engines"]
+    prof = eng["cpu_profile"]
+    assert prof["thread"] == "EngineCore" and prof["samples"] >= 100, prof
+    shares = {f["function"].rsplit(".", 1)[-1]: f["self_share"] for f in prof["functions"]}
+    # Per step: cpu_step_s of scheduling, cpu_per_seq_s per running sequence of detokenising.
+    sched = engine["cpu_step_s"]
+    detok = engine["cpu_per_seq_s"] * eng["running"]
+    expected_detok = detok / (sched + detok)
+    assert abs(shares["detokenize"] - expected_detok) <= 0.10, (shares, expected_detok)
+    assert abs(shares["schedule"] - (1 - expected_detok)) <= 0.10, (shares, expected_detok)
+    # The verdict names them, carries the profile, and its fix follows from the larger.
+    cpu = next(v for v in report["verdicts"] if v["cause"] == "cpu-bound")
+    assert "detokenize (simulator/realtime.py:" in cpu["summary"]
+    assert "schedule (simulator/realtime.py:" in cpu["summary"]
+    assert cpu["fix"].startswith("detokenising and streaming dominate")
+    (entry,) = [e for e in cpu["evidence"] if e["name"] == "cpu_profile"]
+    assert entry["profile"]["functions"] == prof["functions"]
