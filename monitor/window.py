@@ -208,6 +208,8 @@ class EngineWindow:
     flops_per_s: float | None
     read_bytes_per_s: float | None
     write_bytes_per_s: float | None
+    # Share of prompt tokens looked up in the prefix cache that were found there.
+    prefix_cache_hit_rate: float | None
     ttft_p50_s: float | None
     ttft_p95_s: float | None
     ttft_mean_s: float | None
@@ -239,6 +241,13 @@ class EngineWindow:
         if self.running_mean is None:
             return None
         return self.running_mean + (self.waiting_mean or 0.0)
+
+
+def _hit_rate(hits: float | None, queries: float | None) -> float | None:
+    """Hits over queries in a window; None when nothing was looked up (no rate to speak of)."""
+    if hits is None or not queries:
+        return None
+    return min(1.0, max(0.0, hits / queries))
 
 
 def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
@@ -282,6 +291,10 @@ def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> En
         flops_per_s=rate("estimated_flops_total"),
         read_bytes_per_s=rate("estimated_read_bytes_total"),
         write_bytes_per_s=rate("estimated_write_bytes_total"),
+        prefix_cache_hit_rate=_hit_rate(
+            counter_increase([s.prefix_cache_hits_total for s in samples]),
+            counter_increase([s.prefix_cache_queries_total for s in samples]),
+        ),
         ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
         ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
         ttft_mean_s=histogram_mean(deltas.get(TTFT)),

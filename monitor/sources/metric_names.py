@@ -29,6 +29,9 @@ COUNTERS = (
     "estimated_flops_total",
     "estimated_read_bytes_total",
     "estimated_write_bytes_total",
+    # Prefix cache, in prompt tokens: looked up, and found already computed.
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
 )
 HISTOGRAMS = (
     "time_to_first_token_seconds",
@@ -132,6 +135,10 @@ VLLM = _flavour(
         "estimated_flops_total": ("vllm:estimated_flops_per_gpu_total",),
         "estimated_read_bytes_total": ("vllm:estimated_read_bytes_per_gpu_total",),
         "estimated_write_bytes_total": ("vllm:estimated_write_bytes_per_gpu_total",),
+        # V0 engines exported only a gauge (gpu_prefix_cache_hit_rate): not read, a rate
+        # over a window needs the counters.
+        "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total",),
+        "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total",),
         "time_to_first_token_seconds": ("vllm:time_to_first_token_seconds",),
         # Before inter_token_latency_seconds, vLLM called the inter-token gap this.
         "inter_token_latency_seconds": (
