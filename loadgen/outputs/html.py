@@ -32,10 +32,9 @@ def _pct(v: float | None) -> str:
 def _tokens_note(s: StepResult) -> str:
     if not s.tokens_off:
         return ""
-    return (
-        f"served tokens off what was asked: prompt {_pct(s.prompt_tokens_off)}, "
-        f"completion {_pct(s.completion_tokens_off)}"
-    )
+    parts = [f"{name} {_pct(off)}" for name, off in (("prompt", s.prompt_tokens_off),
+             ("completion", s.completion_tokens_off)) if off is not None]  # fmt: skip
+    return "served tokens off what was asked: " + ", ".join(parts)
 
 
 def _traffic_table(result: SweepResult, unit: str) -> list[str]:
