@@ -44,6 +44,7 @@ class ServerCounter:
         self._client = httpx.Client(timeout=timeout, headers=headers)
         self._url = target.rstrip("/") + "/tokenize"
         self._model = model
+        self.max_model_len: int | None = None  # vLLM says it with every answer
 
     def __call__(self, text: str, chat: bool) -> int:
         body: dict = {"model": self._model}
@@ -53,7 +54,10 @@ class ServerCounter:
             body["prompt"] = text
         r = self._client.post(self._url, json=body)
         r.raise_for_status()
-        return int(r.json()["count"])
+        data = r.json()
+        if isinstance(data.get("max_model_len"), int):
+            self.max_model_len = data["max_model_len"]
+        return int(data["count"])
 
     def close(self) -> None:
         self._client.close()

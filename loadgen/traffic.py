@@ -113,9 +113,14 @@ def _prepare(
                 token_source=source,
             )
             if exact_wanted:
+                added = (
+                    f"{cal.chat_overhead} token(s) around a chat message"
+                    if api == "chat" and cal.chat_overhead is not None
+                    else f"{cal.completions_overhead} token(s) added by the server"
+                )
                 t.notes.append(
                     f"prompt lengths exact through {source} ({len(cal.words)} one-token words, "
-                    f"{cal.completions_overhead} token(s) added by the server)"
+                    f"{added})"
                 )
             if api == "chat" and cal.chat_overhead is None and exact_wanted:
                 t.warnings.append(
@@ -124,8 +129,10 @@ def _prepare(
                 )
     if dataset:
         counter = None if count is None else (lambda s: count(s, api == "chat"))
+        # Entries longer than the server's context would only come back as errors.
+        limit_len = getattr(server, "max_model_len", None)
         ds = load_dataset(dataset, api, dataset_max_tokens, default_max_tokens, counter, seed,
-                          limit=dataset_limit)  # fmt: skip
+                          limit_len, limit=dataset_limit)  # fmt: skip
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / DATASET_FILE
         write_prompts(ds.prompts, path)
