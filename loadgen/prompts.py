@@ -117,11 +117,6 @@ class PromptSource:
             for g in range(max(1, prefix_groups))
         ]
 
-    @property
-    def sent_from_file(self) -> int:
-        """Prompts taken from the file so far (more than it holds: it was cycled)."""
-        return self._i
-
     def _body_words(self, tokens: int) -> list[str]:
         if self.exact:
             return [self._rng.choice(self.words) for _ in range(max(1, tokens))]
