@@ -255,7 +255,12 @@ class Sweep:
         d = self.driver
         assert d is not None
         c = self.cfg
-        cs = client_stats(records_between(d.records, start, end), start, end)
+        records = records_between(d.records, start, end)
+        if self.trace:
+            # A replay is its own requests: a step before it may leave a backlog still
+            # finishing (an overloaded server, a step measured again after a freeze).
+            records = [r for r in records if r.step == index]
+        cs = client_stats(records, start, end)
         cpu = client_cpu(d.statuses, start, end)
         ev = engine_view(window) if window is not None else None
         dev, ok = analysis.littles_law(
