@@ -59,6 +59,27 @@ class ServerCounter:
             self.max_model_len = data["max_model_len"]
         return int(data["count"])
 
+    def vocab_words(self, limit: int = 600) -> list[str]:
+        """Words the model's vocabulary holds whole, found through ``/detokenize``.
+
+        A small vocabulary (a tiny test model's) splits common English words; its own
+        tokens, decoded, are the candidates then.
+        """
+        r = self._client.post(self._url, json={"model": self._model, "prompt": " ".join(WORDS)})
+        r.raise_for_status()
+        top = max(r.json().get("tokens") or [0])
+        ids = random.Random(0).sample(range(top + 1), min(limit, top + 1))
+        out: list[str] = []
+        url = self._url.removesuffix("/tokenize") + "/detokenize"
+        for i in ids:
+            d = self._client.post(url, json={"model": self._model, "tokens": [i]})
+            if d.status_code != 200:
+                return out
+            text = str(d.json().get("prompt", "")).strip()
+            if text.isalpha() and text.isascii() and text not in out:
+                out.append(text)
+        return out
+
     def close(self) -> None:
         self._client.close()
 
@@ -97,20 +118,54 @@ def local_counter(spec: str) -> Counter:
                     f"--tokenizer {spec}: {f} is not a tokenizers file ({str(exc)[:120]})"
                 ) from None
 
-            return lambda text, chat, tok=tok: len(tok.encode(text).ids)
+            count = _LocalCounter(tok)
+            return count
     raise ConfigError(
         f"--tokenizer {spec}: cannot load a tokenizer, tried {', '.join(map(str, tried))} "
         "(a local tokenizer.json or a folder holding one; hub names are not downloaded)"
     )
 
 
+class _LocalCounter:
+    def __init__(self, tok: object) -> None:
+        self._tok = tok
+
+    def __call__(self, text: str, chat: bool) -> int:
+        return len(self._tok.encode(text).ids)  # type: ignore[attr-defined]
+
+    def vocab_words(self, limit: int = 600) -> list[str]:
+        # Byte-level BPE marks a leading space with "Ġ", SentencePiece with "▁".
+        vocab = self._tok.get_vocab()  # type: ignore[attr-defined]
+        out = [k[1:] for k in vocab if k[:1] in ("Ġ", "▁") and k[1:].isalpha() and k[1:].isascii()]
+        return sorted(out)[:limit]
+
+
+MIN_WORDS = 20
+
+
 def calibrate(
     count: Counter, source: str, chat_known: bool, candidates: Sequence[str] = WORDS
 ) -> Calibration | None:
-    """The one-token words and the fixed overhead; None when lengths cannot be made exact."""
-    base = count("the", False) - 1
+    """The one-token words and the fixed overhead; None when lengths cannot be made exact.
+
+    Common English words first; a vocabulary too small to hold them whole (a test model's)
+    gets its own words, where the counter can list them.
+    """
+    try:
+        base = count("", False)  # what the tokenizer adds around any prompt (a BOS)
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        base = count("the", False) - 1
     words = [w for w in candidates if count(" ".join([w] * 4), False) - base == 4]
-    if len(words) < 20:
+    more = getattr(count, "vocab_words", None)
+    if len(words) < MIN_WORDS and more is not None:
+        try:
+            extra = more()
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            extra = []
+        words += [
+            w for w in extra if w not in words and count(" ".join([w] * 4), False) - base == 4
+        ]
+    if len(words) < MIN_WORDS:
         return None
     # End to end: a random run of the chosen words must be exactly its length plus overhead.
     rng = random.Random(0)
