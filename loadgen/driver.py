@@ -134,7 +134,11 @@ class LocustDriver:
         return [p.pid for p in procs if p.poll() is None]
 
     def send_step(
-        self, step: int, concurrency: int | None = None, rate: float | None = None
+        self,
+        step: int,
+        concurrency: int | None = None,
+        rate: float | None = None,
+        speed: float | None = None,
     ) -> None:
         if not self.alive():
             raise HeadroomError(f"the load generator exited: {self.failure_hint()}")
@@ -144,6 +148,8 @@ class LocustDriver:
             cmd["concurrency"] = concurrency
         if rate is not None:
             cmd["rate"] = rate
+        if speed is not None:
+            cmd["speed"] = speed
         self.target = (concurrency, rate)
         self._main.stdin.write((json.dumps(cmd) + "\n").encode())
         self._main.stdin.flush()
@@ -202,6 +208,13 @@ class LocustDriver:
     def step_seen(self, step: int) -> bool:
         sts = self.latest_statuses()
         return bool(sts) and all(s.step >= step for s in sts)
+
+    def step_started(self, step: int) -> float | None:
+        """Wall time at which the load generator took up a step (its "step" event)."""
+        for ev in reversed(self.events):
+            if ev.get("k") == "step" and ev.get("step") == step:
+                return float(ev["t"])
+        return None
 
     def oldest_in_flight(self) -> float | None:
         olds = [s.oldest_start for s in self.latest_statuses() if s.oldest_start is not None]

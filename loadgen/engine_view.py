@@ -38,6 +38,7 @@ class EngineView:
     kv_cache_usage_mean: float | None = None
     preemptions_per_s: float | None = None
     generation_tokens_per_s: float | None = None
+    prefix_cache_hit_rate: float | None = None
     verdict: str | None = None
     verdict_confidence: float | None = None
     verdict_summary: str | None = None
@@ -92,6 +93,9 @@ def engine_view(window: WindowStats) -> EngineView:
         kv_cache_usage_mean=_mean([e.kv_cache_usage_mean for e in es]),
         preemptions_per_s=_sum([e.preemptions_per_s for e in es]),
         generation_tokens_per_s=_sum([e.generation_tokens_per_s for e in es]),
+        # One hit rate for the box: engines' rates are not weighted by their queries here,
+        # which matters only with several engines of unequal load.
+        prefix_cache_hit_rate=_mean([e.prefix_cache_hit_rate for e in es]),
         verdict=None if verdict is None else verdict.cause,
         verdict_confidence=None if verdict is None else round(verdict.confidence, 3),
         verdict_summary=None if verdict is None else verdict.summary,

@@ -86,10 +86,47 @@ class Progress:
             flags.append(f"host froze {s.host_stall_s:.1f} s")
         if s.error_ratio > 0:
             flags.append(f"errors {100 * s.error_ratio:.0f}%")
+        if s.tokens_off:
+            flags.append("TOKENS OFF: " + _tokens(s))
+        if s.dataset_cycled:
+            flags.append("dataset cycled")
         self.message(
             f"step {s.index} {_load(s.concurrency, s.rate):<12} {s.requests_per_s:7.2f} req/s "
             f"{s.output_tokens_per_s:9.1f} tok/s  TTFT p50 {_f(s.ttft_p50_s, '.3f', ' s')}  "
             f"ITL p50 {_f(s.itl_p50_s, '.4f', ' s')}  run/wait {_f(s.running_mean, '.1f')}/"
             f"{_f(s.waiting_mean, '.1f')}  {s.verdict or '-'}"
+            + _extras(s)
             + (f"  [{', '.join(flags)}]" if flags else "")
         )
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.0f}%"
+
+
+def _tokens(s: StepResult) -> str:
+    """Served against requested lengths, e.g. 'prompt 141/128 +10%, completion 32/32'."""
+    parts = []
+    for name, req, got, off in (
+        ("prompt", s.requested_prompt_tokens_mean, s.served_prompt_tokens_mean, s.prompt_tokens_off),
+        ("completion", s.requested_completion_tokens_mean, s.served_completion_tokens_mean,
+         s.completion_tokens_off),
+    ):  # fmt: skip
+        if req is not None and got is not None:
+            parts.append(f"{name} {got:.0f}/{req:.0f}" + (f" {_pct(off)}" if off else ""))
+    return ", ".join(parts)
+
+
+def _extras(s: StepResult) -> str:
+    """Figures a step has only with some kinds of traffic."""
+    out = []
+    if s.prefix_cache_hit_rate is not None:
+        out.append(f"prefix hits {100 * s.prefix_cache_hit_rate:.0f}%")
+    if s.ttft_sched_p50_s is not None and s.sched_lag_p99_s is not None:
+        out.append(f"TTFT from schedule p50 {s.ttft_sched_p50_s:.3f} s, lateness p99 "
+                   f"{s.sched_lag_p99_s:.3f} s")  # fmt: skip
+    if s.ttft_p50_by_turn:
+        out.append("TTFT p50 by turn " + " ".join(f"{v:.3f}" for v in s.ttft_p50_by_turn.values()))
+    if s.speed is not None:
+        out.append(f"speed {s.speed:g}x")
+    return "  " + "  ".join(out) if out else ""

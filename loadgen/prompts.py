@@ -3,7 +3,12 @@
 Synthetic prompts are runs of common English words, which most BPE tokenizers
 map to about one token each; a random lead word per request keeps a server's
 prefix cache from serving them all from one cached block. The server's usage
-figures report the true token counts.
+figures report the true token counts. Given a calibration (``loadgen.tokens``:
+words known to be one token each and the tokens the server adds around a prompt),
+the lengths are exact. Shared prefixes (one of G system prompts of N tokens) and
+trace blocks (text fixed by a block's hash id, so requests naming the same ids
+share a prefix) are built from the same words, seeded so every worker process
+builds the same text.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from monitor.errors import ConfigError
 LengthDist = Literal["fixed", "uniform", "normal", "exponential"]
 LENGTH_DISTS: tuple[LengthDist, ...] = ("fixed", "uniform", "normal", "exponential")
 
-_WORDS = (
+WORDS = (
     "the of and to in is you that it he was for on are as with his they at be this have from or "
     "one had by word but not what all were we when your can said there use an each which she do "
     "how their if will up other about out many then them these so some her would make like him "
@@ -40,6 +45,8 @@ class Prompt:
     prompt: str | None  # for /v1/completions
     messages: tuple[dict, ...] | None  # for /v1/chat/completions
     max_tokens: int
+    # The prompt length asked for, in the model's tokens (None: not known, e.g. a file's text).
+    input_tokens: int | None = None
 
 
 def sample_length(rng: random.Random, mean: int, dist: LengthDist, spread: float) -> int:
@@ -58,8 +65,14 @@ def sample_length(rng: random.Random, mean: int, dist: LengthDist, spread: float
 
 def synthetic_text(rng: random.Random, tokens: int) -> str:
     lead = f"{rng.randrange(10**9)}"
-    words = [lead] + [rng.choice(_WORDS) for _ in range(max(0, tokens - 2))]
+    words = [lead] + [rng.choice(WORDS) for _ in range(max(0, tokens - 2))]
     return " ".join(words)
+
+
+def seeded_words(key: str, n: int, words: Sequence[str]) -> list[str]:
+    """The same ``n`` words for the same key in every process (a shared prefix, a trace block)."""
+    rng = random.Random(key)
+    return [rng.choice(words) for _ in range(max(0, n))]
 
 
 class PromptSource:
@@ -74,6 +87,11 @@ class PromptSource:
         spread: float = 0.5,
         file_prompts: Sequence[Prompt] = (),
         seed: int | None = None,
+        words: Sequence[str] | None = None,
+        overhead: int = 0,
+        chat_overhead: int | None = None,
+        prefix_tokens: int = 0,
+        prefix_groups: int = 1,
     ) -> None:
         if input_tokens < 1 or output_tokens < 1:
             raise ConfigError("input and output lengths must be at least 1 token")
@@ -89,6 +107,40 @@ class PromptSource:
         self.file_prompts = list(file_prompts)
         self._rng = random.Random(seed)
         self._i = 0
+        # Exact lengths: every word one token, and the server's own tokens known.
+        self.exact = words is not None
+        self.words = tuple(words) if words is not None else WORDS
+        self.overhead = overhead if api == "completions" else (chat_overhead or 0)
+        self.prefix_tokens = max(0, prefix_tokens)
+        self.prefixes = [
+            seeded_words(f"prefix-{g}", self.prefix_tokens, self.words)
+            for g in range(max(1, prefix_groups))
+        ]
+
+    def _body_words(self, tokens: int) -> list[str]:
+        if self.exact:
+            return [self._rng.choice(self.words) for _ in range(max(1, tokens))]
+        return synthetic_text(self._rng, tokens).split()
+
+    def text(self, tokens: int, lead: Sequence[str] = ()) -> str:
+        """``tokens`` tokens of prompt as the model will see them (exact when calibrated)."""
+        body = tokens - len(lead) - (self.overhead if self.exact else 0)
+        return " ".join([*lead, *self._body_words(body)])
+
+    def make(self, n_in: int, n_out: int, lead: Sequence[str] = ()) -> Prompt:
+        text = self.text(n_in, lead)
+        if self.api == "chat":
+            return Prompt(None, ({"role": "user", "content": text},), n_out, n_in)
+        return Prompt(text, None, n_out, n_in)
+
+    def trace_prompt(self, input_length: int, output_length: int, hash_ids: Sequence[int],
+                     block_tokens: int) -> Prompt:  # fmt: skip
+        """A trace entry's prompt: its hash ids' blocks (shared text), then fresh words."""
+        lead: list[str] = []
+        for h in hash_ids:
+            lead += seeded_words(f"block-{h}", block_tokens, self.words)
+        room = max(1, input_length - (self.overhead if self.exact else 0))
+        return self.make(max(1, input_length), max(1, output_length), lead[: room - 1])
 
     def next(self) -> Prompt:
         if self.file_prompts:
@@ -97,10 +149,10 @@ class PromptSource:
             return p
         n_in = sample_length(self._rng, self.input_tokens, self.dist, self.spread)
         n_out = sample_length(self._rng, self.output_tokens, self.dist, self.spread)
-        text = synthetic_text(self._rng, n_in)
-        if self.api == "chat":
-            return Prompt(None, ({"role": "user", "content": text},), n_out)
-        return Prompt(text, None, n_out)
+        if self.prefix_tokens:
+            prefix = self.prefixes[self._rng.randrange(len(self.prefixes))]
+            return self.make(n_in + self.prefix_tokens, n_out, prefix)
+        return self.make(n_in, n_out)
 
 
 def load_jsonl(
@@ -126,6 +178,7 @@ def load_jsonl(
         if not isinstance(obj, dict):
             raise ConfigError(f"{p}:{n}: expected a string or an object")
         max_tokens = int(obj.get("max_tokens") or obj.get("output_tokens") or default_max_tokens)
+        counted = obj.get("input_tokens")
         messages = obj.get("messages")
         text = obj.get("prompt") if obj.get("prompt") is not None else obj.get("text")
         if messages is None and text is None:
@@ -133,11 +186,13 @@ def load_jsonl(
         if api == "chat":
             if messages is None:
                 messages = [{"role": "user", "content": str(text)}]
-            prompts.append(Prompt(None, tuple(messages), max_tokens))
+            prompts.append(
+                Prompt(None, tuple(messages), max_tokens, int(counted) if counted else None)
+            )
         else:
             if text is None:
                 text = "\n".join(str(m.get("content", "")) for m in messages)
-            prompts.append(Prompt(str(text), None, max_tokens))
+            prompts.append(Prompt(str(text), None, max_tokens, int(counted) if counted else None))
     if not prompts:
         raise ConfigError(f"{p}: no prompts")
     return prompts

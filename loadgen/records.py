@@ -28,6 +28,9 @@ class RequestRecord:
     lag: float | None = None  # open loop: how late the request started, seconds
     response_id: str | None = None  # the server's id for the request, from the stream
     ttft_kernel: bool | None = None  # the first token's time came from the kernel's receive stamp
+    requested_in: int | None = None  # prompt tokens asked for (None: not known)
+    requested_out: int | None = None  # max_tokens sent
+    turn: int | None = None  # conversations: the turn's index in its session, from 1
 
     @property
     def end(self) -> float | None:
@@ -53,6 +56,9 @@ class RequestRecord:
                 "lag": None if self.lag is None else round(self.lag, 6),
                 "id": self.response_id,
                 "kt": self.ttft_kernel,
+                "rin": self.requested_in,
+                "rout": self.requested_out,
+                "turn": self.turn,
             },
             separators=(",", ":"),
         )
@@ -113,6 +119,9 @@ def parse_line(line: str) -> RequestRecord | WorkerStatus | dict | None:
             lag=obj.get("lag"),
             response_id=obj.get("id"),
             ttft_kernel=obj.get("kt"),
+            requested_in=obj.get("rin"),
+            requested_out=obj.get("rout"),
+            turn=obj.get("turn"),
         )
     if kind == "s":
         return WorkerStatus(

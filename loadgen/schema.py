@@ -36,6 +36,21 @@ class WorkerConfig(BaseModel):
     arrival: Literal["poisson", "constant"] = "poisson"
     max_in_flight: int = 20000
     seed: int | None = None
+    # Exact lengths (loadgen.tokens): words that are one token each, and what the server adds.
+    token_words: list[str] | None = None
+    prompt_overhead: int = 0
+    chat_overhead: int | None = None
+    token_source: str | None = None  # "the server's /tokenize", "tokenizer FILE"; None: words
+    # Every prompt starts with one of prefix_groups shared prefixes of prefix_tokens tokens.
+    prefix_tokens: int = 0
+    prefix_groups: int = 1
+    # Conversations: each user holds sessions of this many turns through the chat API.
+    turns: int = 1
+    think_time_s: float = 0.0
+    # Trace replay (open loop): the file, seconds per timestamp unit, tokens per hash id.
+    trace_file: str | None = None
+    trace_time_unit_s: float = 1.0
+    trace_block_tokens: int = 512
 
 
 class SweepConfig(BaseModel):
@@ -69,6 +84,11 @@ class SweepConfig(BaseModel):
     gain_threshold: float = 0.10
     littles_tolerance: float = 0.15
     stall_retries: int = 1  # measure a step again when the machine froze during it
+    # Trace replay: one step per speed, each replaying the whole trace.
+    speeds: list[float] | None = None
+    # A step whose served mean prompt or completion length is off the requested by more.
+    token_tolerance: float = 0.05
+    dataset_prompts: int | None = None  # prompts a --dataset gave (a step past them cycles)
 
 
 class GpuActivity(BaseModel):
@@ -130,7 +150,26 @@ class StepResult(BaseModel):
     sched_lag_p50_s: float | None = None
     sched_lag_p99_s: float | None = None
     sched_lag_max_s: float | None = None
+    # Open loop: latencies from when each request was due, not when it was sent, so a
+    # late generator cannot hide the wait (no coordinated omission).
+    ttft_sched_p50_s: float | None = None
+    ttft_sched_p99_s: float | None = None
+    e2e_sched_p50_s: float | None = None
+    e2e_sched_p99_s: float | None = None
     late: bool = False
+    speed: float | None = None  # trace replay: the speed this step replayed the trace at
+    # What was asked for against what the server says it served (usage), mean per request.
+    requested_prompt_tokens_mean: float | None = None
+    served_prompt_tokens_mean: float | None = None
+    requested_completion_tokens_mean: float | None = None
+    served_completion_tokens_mean: float | None = None
+    prompt_tokens_off: float | None = None  # served / requested - 1
+    completion_tokens_off: float | None = None
+    tokens_off: bool = False  # either is off by more than the tolerance (5%)
+    # Conversations: TTFT p50 by turn index ("1", "2", ...) and requests per turn.
+    ttft_p50_by_turn: dict[str, float] | None = None
+    requests_by_turn: dict[str, int] | None = None
+    dataset_cycled: bool = False  # the step sent more prompts than the dataset holds
     host_stalls: int = 0  # freezes of this machine during the hold (stall probe)
     host_stall_s: float = 0.0
     stalled: bool = False  # the machine froze long enough to void the step
@@ -149,6 +188,7 @@ class StepResult(BaseModel):
     kv_cache_usage_mean: float | None = None
     preemptions_per_s: float | None = None
     engine_generation_tokens_per_s: float | None = None
+    prefix_cache_hit_rate: float | None = None  # the engine's, over the hold
     verdict: str | None = None
     verdict_confidence: float | None = None
     verdict_summary: str | None = None

@@ -25,6 +25,8 @@ class StreamState:
     error: str | None = None
     # The server's id for the request ("cmpl-..."), to find it in the server's logs.
     response_id: str | None = None
+    # The reply's text, kept only when asked for (a conversation carries it to the next turn).
+    text: list[str] = field(default_factory=list)
 
 
 def _text_of(choice: dict) -> str | None:
@@ -79,11 +81,12 @@ def plain_token(payload: bytes) -> bool | None:
 class SseParser:
     """Feed bytes as they arrive; events complete at a blank line."""
 
-    __slots__ = ("_buf", "state")
+    __slots__ = ("_buf", "state", "_keep")
 
-    def __init__(self) -> None:
+    def __init__(self, keep_text: bool = False) -> None:
         self._buf = b""
         self.state = StreamState()
+        self._keep = keep_text
 
     def feed(self, data: bytes, now: float) -> None:
         buf = self._buf + data
@@ -114,7 +117,7 @@ class SseParser:
                 continue
             if not payload:
                 continue
-            if st.response_id is not None:
+            if st.response_id is not None and not self._keep:
                 token = plain_token(payload)
                 if token is not None:
                     if token:
@@ -143,7 +146,10 @@ class SseParser:
                 if usage.get("completion_tokens") is not None:
                     st.completion_tokens = int(usage["completion_tokens"])
             choices = obj.get("choices")
-            if choices and isinstance(choices[0], dict) and _text_of(choices[0]):
+            text = _text_of(choices[0]) if choices and isinstance(choices[0], dict) else None
+            if text:
+                if self._keep:
+                    st.text.append(text)
                 self._token(now)
 
     def _token(self, now: float) -> None:

@@ -73,6 +73,15 @@ class ClientStats:
     requests_started: int
     ttft_kernel_ratio: float | None = None  # share of TTFTs stamped by the kernel on arrival
     ttft_mean_s: float | None = None
+    ttft_sched: dict[str, float | None] | None = None  # from when each request was due
+    e2e_sched: dict[str, float | None] | None = None
+    # Means over the requests that carry both figures: asked for, and served (usage).
+    requested_prompt_mean: float | None = None
+    served_prompt_mean: float | None = None
+    requested_completion_mean: float | None = None
+    served_completion_mean: float | None = None
+    ttft_p50_by_turn: dict[str, float] | None = None
+    requests_by_turn: dict[str, int] | None = None
 
 
 _QS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
@@ -119,6 +128,15 @@ def client_stats(records: Iterable[RequestRecord], start: float, end: float) -> 
         if r.e2e is not None and r.ttft is not None and r.output_tokens and r.output_tokens > 1
     ]
     prompt = [r.prompt_tokens for r in ok_end if r.prompt_tokens is not None]
+    due = [r for r in ok_end if r.lag is not None]
+    pin = [(r.requested_in, r.prompt_tokens) for r in ok_end
+           if r.requested_in is not None and r.prompt_tokens is not None]  # fmt: skip
+    pout = [(r.requested_out, r.output_tokens) for r in ok_end
+            if r.requested_out is not None and r.output_tokens is not None]  # fmt: skip
+    by_turn: dict[int, list[float]] = {}
+    for r in ok_end:
+        if r.turn is not None and r.ttft is not None:
+            by_turn.setdefault(r.turn, []).append(r.ttft)
     rps = done / dur
     e2e_mean = _mean(e2es)
     return ClientStats(
@@ -147,6 +165,16 @@ def client_stats(records: Iterable[RequestRecord], start: float, end: float) -> 
         sched_lag_max_s=max(lags) if lags else None,
         requests_started=started,
         ttft_kernel_ratio=sum(stamped) / len(stamped) if stamped else None,
+        ttft_sched=_pcts([r.lag + r.ttft for r in due if r.ttft is not None]) if due else None,
+        e2e_sched=_pcts([r.lag + r.e2e for r in due if r.e2e is not None]) if due else None,
+        requested_prompt_mean=_mean([a for a, _ in pin]),
+        served_prompt_mean=_mean([b for _, b in pin]),
+        requested_completion_mean=_mean([a for a, _ in pout]),
+        served_completion_mean=_mean([b for _, b in pout]),
+        ttft_p50_by_turn={str(k): percentile(v, 0.5) for k, v in sorted(by_turn.items())}  # type: ignore[misc]
+        if by_turn
+        else None,
+        requests_by_turn={str(k): len(v) for k, v in sorted(by_turn.items())} if by_turn else None,
     )
 
 

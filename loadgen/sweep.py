@@ -25,6 +25,7 @@ from loadgen.progress import Progress
 from loadgen.schema import EnvironmentInfo, GpuActivity, StepResult, SweepConfig, SweepResult
 from loadgen.stall import StallProbe
 from loadgen.stats import client_cpu, client_stats
+from loadgen.trace import TraceEntry, load_trace, mean_rate, span_s
 from monitor.errors import EndpointError, HeadroomError
 from monitor.pipeline import Monitor
 from monitor.sampler import Sampler
@@ -39,6 +40,13 @@ def _stall_budget(hold_s: float) -> float:
 
 
 CLIENT_SHORTFALL = 0.1
+
+
+def _off(served: float | None, requested: float | None) -> float | None:
+    """served / requested - 1: how far the server's count is from what was asked."""
+    if served is None or not requested:
+        return None
+    return served / requested - 1
 
 
 def _r(v: float | None, nd: int = 6) -> float | None:
@@ -104,10 +112,19 @@ class Sweep:
         self.monitor = (
             Monitor(sampler, window_s=max(2.0, config.step_seconds / 2)) if sampler else None
         )
+        w = config.worker
+        self.trace: list[TraceEntry] = (
+            load_trace(w.trace_file, w.trace_time_unit_s) if w.trace_file else []
+        )
+        self._cycled_said = False
+        self._speed_of = {mean_rate(self.trace) * x: x for x in (config.speeds or [1.0])}
 
     # -- plan --------------------------------------------------------------------------------
     def _plan(self) -> FixedPlan | AdaptivePlan:
         c = self.cfg
+        if self.trace:
+            # Steps are known by their load, the trace's mean rate at each speed.
+            return FixedPlan(list(self._speed_of))
         if c.mode == "closed":
             if not c.adaptive and c.concurrency:
                 return FixedPlan(c.concurrency)
@@ -157,11 +174,17 @@ class Sweep:
         # a counter baseline, and its gauges (running, waiting) belong to the last step.
         return compute_window(snaps, start_m, end)
 
-    def run_step(self, index: int, conc: int | None, rate: float | None) -> StepResult:
+    def run_step(
+        self, index: int, conc: int | None, rate: float | None, speed: float | None = None
+    ) -> StepResult:
         d = self.driver
         assert d is not None
         c = self.cfg
-        d.send_step(index, conc, rate)
+        d.send_step(index, conc, rate, speed)
+        # A trace replay has no steady state to warm up to: its window is the whole replay.
+        warmup = 0.0 if speed else c.warmup_seconds
+        # A replay's hold lasts its schedule and a little more, for the worker to begin it.
+        hold = span_s(self.trace) / speed + 0.5 if speed else c.step_seconds
         applied = time.monotonic() + 30.0
         while time.monotonic() < applied:
             d.poll()
@@ -171,9 +194,14 @@ class Sweep:
                 raise HeadroomError(f"the load generator exited: {d.failure_hint()}")
             time.sleep(0.05)
         t = time.monotonic()
-        self._wait(t + c.warmup_seconds, index, conc, rate, "warm-up", c.warmup_seconds)
+        self._wait(t + warmup, index, conc, rate, "warm-up", warmup)
         start_m, start_w = time.monotonic(), time.time()
-        self._wait(start_m + c.step_seconds, index, conc, rate, "hold", c.step_seconds)
+        if speed:
+            # The replay began when the worker took the step, a status line before we knew.
+            began = d.step_started(index)
+            if began is not None and began < start_w:
+                start_m, start_w = start_m - (start_w - began), began
+        self._wait(start_m + hold, index, conc, rate, "hold", hold)
         end_m, end_w = time.monotonic(), time.time()
         # Keep the load on until every request begun in the hold has finished and
         # been reported, so tokens delivered inside the hold are all counted.
@@ -181,11 +209,19 @@ class Sweep:
         while time.monotonic() < drain:
             d.poll()
             seen, oldest = d.status_time(), d.oldest_in_flight()
-            if seen is not None and seen >= end_w and (oldest is None or oldest >= end_w):
+            if speed:
+                # A replay ends when its last request has: none may be left in flight.
+                if seen is not None and seen >= end_w and d.in_flight() == 0:
+                    break
+            elif seen is not None and seen >= end_w and (oldest is None or oldest >= end_w):
                 break
             time.sleep(0.05)
+        if speed:
+            # Every request of the replay counts, the last ones finishing after its schedule.
+            end_m, end_w = time.monotonic(), time.time()
         window = self._window(start_m, end_m)
         step = self._measure(index, conc, rate, start_w, end_w, window)
+        step = step.model_copy(update=self._traffic_figures(index, speed))
         n, lost = self.probe.stalls(start_m, end_m)
         if n:
             update: dict = {"host_stalls": n, "host_stall_s": round(lost, 3)}
@@ -197,12 +233,36 @@ class Sweep:
             step = step.model_copy(update=update)
         return step
 
+    def _traffic_figures(self, index: int, speed: float | None) -> dict:
+        """What the step's traffic was, beside what it measured: speed, dataset cycling."""
+        c = self.cfg
+        out: dict = {"speed": speed}
+        d = self.driver
+        n = c.dataset_prompts
+        if n and d is not None:
+            # Prompts every step so far has sent: past the file's size, it was cycled.
+            sent = sum(1 for r in d.records if r.step <= index)
+            if sent > n:
+                out["dataset_cycled"] = True
+                if not self._cycled_said:
+                    self._cycled_said = True
+                    self.progress.message(
+                        f"note: step {index} had sent {sent} requests from a dataset of {n} "
+                        "prompts: cycling through them again"
+                    )
+        return out
+
     def _measure(self, index: int, conc: int | None, rate: float | None, start: float,
                  end: float, window: WindowStats | None) -> StepResult:  # fmt: skip
         d = self.driver
         assert d is not None
         c = self.cfg
-        cs = client_stats(records_between(d.records, start, end), start, end)
+        records = records_between(d.records, start, end)
+        if self.trace:
+            # A replay is its own requests: a step before it may leave a backlog still
+            # finishing (an overloaded server, a step measured again after a freeze).
+            records = [r for r in records if r.step == index]
+        cs = client_stats(records, start, end)
         cpu = client_cpu(d.statuses, start, end)
         ev = engine_view(window) if window is not None else None
         dev, ok = analysis.littles_law(
@@ -211,16 +271,27 @@ class Sweep:
             cs.littles_law_in_flight,
             c.littles_tolerance,
         )
+        if self.trace:
+            # A replay has no steady state (bursts, a ramp down at its end): the three views
+            # need not agree, and a mismatch would only be noise.
+            dev, ok = None, None
         reasons = []
         if cpu.busiest_ratio is not None and cpu.busiest_ratio >= CLIENT_CPU_SATURATED:
             reasons.append(f"a generator process used {100 * cpu.busiest_ratio:.0f}% of a core")
         if (
             conc is not None
+            # Users thinking between turns hold no request: in flight is below the sessions.
+            and not (c.worker.turns > 1 and c.worker.think_time_s > 0)
             and cs.in_flight_mean < conc * (1 - CLIENT_SHORTFALL)
             and cs.error_ratio < 0.5
         ):
             reasons.append(f"it held {cs.in_flight_mean:.1f} of {conc} requests in flight")
-        if rate is not None and cs.requests_started < rate * cs.duration_s * (1 - CLIENT_SHORTFALL):
+        if self.trace:
+            if cs.requests_started < len(self.trace) * (1 - CLIENT_SHORTFALL):
+                reasons.append(f"it started {cs.requests_started} of the trace's {len(self.trace)}")
+        elif rate is not None and cs.requests_started < rate * cs.duration_s * (
+            1 - CLIENT_SHORTFALL
+        ):
             reasons.append(
                 f"it started {cs.requests_started / cs.duration_s:.2f} of {rate:g} req/s"
             )
@@ -238,6 +309,9 @@ class Sweep:
             invalid.append("client-limited: " + "; ".join(reasons))
         started = cs.requests_started
         e = ev or EngineView(gpu=GpuActivity())
+        p_off = _off(cs.served_prompt_mean, cs.requested_prompt_mean)
+        c_off = _off(cs.served_completion_mean, cs.requested_completion_mean)
+        tokens_off = any(x is not None and abs(x) > c.token_tolerance for x in (p_off, c_off))
         return StepResult(
             index=index,
             mode=c.mode,
@@ -273,7 +347,24 @@ class Sweep:
             sched_lag_p50_s=_r(cs.sched_lag_p50_s),
             sched_lag_p99_s=_r(cs.sched_lag_p99_s),
             sched_lag_max_s=_r(cs.sched_lag_max_s),
+            **{
+                f"{m}_sched_{p}_s": _r(d_[p]) if d_ is not None else None
+                for m, d_ in (("ttft", cs.ttft_sched), ("e2e", cs.e2e_sched))
+                for p in ("p50", "p99")
+            },  # fmt: skip
             late=late,
+            requested_prompt_tokens_mean=_r(cs.requested_prompt_mean, 2),
+            served_prompt_tokens_mean=_r(cs.served_prompt_mean, 2),
+            requested_completion_tokens_mean=_r(cs.requested_completion_mean, 2),
+            served_completion_tokens_mean=_r(cs.served_completion_mean, 2),
+            prompt_tokens_off=_r(p_off, 4),
+            completion_tokens_off=_r(c_off, 4),
+            tokens_off=tokens_off,
+            ttft_p50_by_turn=None
+            if cs.ttft_p50_by_turn is None
+            else {k: round(v, 6) for k, v in cs.ttft_p50_by_turn.items()},
+            requests_by_turn=cs.requests_by_turn,
+            prefix_cache_hit_rate=_r(e.prefix_cache_hit_rate, 4),
             valid=not invalid,
             invalid_reason="; ".join(invalid) or None,
             gpu=e.gpu,
@@ -325,9 +416,13 @@ class Sweep:
                 x = plan.next(self.steps)
                 if x is None:
                     break
-                conc, rate = (int(x), None) if c.mode == "closed" else (None, float(x))
+                speed = None
+                if self.trace:
+                    conc, rate, speed = None, float(x), self._speed_of[x]
+                else:
+                    conc, rate = (int(x), None) if c.mode == "closed" else (None, float(x))
                 for attempt in range(1 + max(0, c.stall_retries)):
-                    step = self.run_step(index, conc, rate)
+                    step = self.run_step(index, conc, rate, speed)
                     index += 1
                     self.steps.append(step)
                     jsonl.append_step(steps_file, step)
@@ -375,6 +470,9 @@ class Sweep:
         if d is None:
             return ()
         figs = list(d.load_figures())
+        if self.cfg.worker.turns > 1 and self.cfg.worker.think_time_s > 0:
+            # Sessions, not requests: a thinking user is not a generator falling short.
+            figs = [(k, v) for k, v in figs if k != "target_concurrency"]
         if d.target[1] is not None:
             figs = [(("target_rate_rps" if k == "target_rate" else k), v) for k, v in figs]
         return tuple(figs)

@@ -47,6 +47,7 @@ from loadgen.prompts import Prompt, PromptSource, load_jsonl
 from loadgen.records import RequestRecord, WorkerStatus
 from loadgen.schema import WorkerConfig
 from loadgen.sse import SseParser
+from loadgen.trace import TraceEntry, load_trace
 
 log = logging.getLogger("loadgen.worker")
 
@@ -91,6 +92,8 @@ class _State:
         self.step = -1
         self.mode = "closed"
         self.rate = 0.0  # this process's share of the open-loop rate, req/s
+        self.speed: float | None = None  # trace replay: the step's speed
+        self.trace: list[TraceEntry] = []
         self.in_flight: dict[int, float] = {}
         self.sent = 0
         self.max_lag: float | None = None
@@ -116,7 +119,14 @@ def _setup(cfg: WorkerConfig) -> None:
         cfg.length_spread,
         file_prompts,
         seed=None if cfg.seed is None else cfg.seed + os.getpid(),
+        words=cfg.token_words,
+        overhead=cfg.prompt_overhead,
+        chat_overhead=cfg.chat_overhead,
+        prefix_tokens=cfg.prefix_tokens,
+        prefix_groups=cfg.prefix_groups,
     )
+    if cfg.trace_file:
+        STATE.trace = load_trace(cfg.trace_file, cfg.trace_time_unit_s)
     STATE.path = "/v1/chat/completions" if cfg.api == "chat" else "/v1/completions"
     headers = {
         "Content-Type": "application/json",
@@ -161,14 +171,20 @@ def _error_text(resp: Any) -> str:
     return f"HTTP {status}"
 
 
-def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
-    """Send one streaming request and record its timeline; never raises but GreenletExit."""
+def stream_one(
+    user: FastHttpUser,
+    intended: float | None = None,
+    prompt: Prompt | None = None,
+    turn: int | None = None,
+) -> str | None:
+    """Send one streaming request and record its timeline; never raises but GreenletExit.
+
+    Returns the reply's text when ``turn`` is set (a conversation carries it on), else None.
+    """
     cfg = STATE.config
     assert cfg is not None and STATE.prompts is not None
     t_call = time.perf_counter()
     lag = None if intended is None else max(0.0, t_call - intended)
-    if lag is not None and (STATE.max_lag is None or lag > STATE.max_lag):
-        STATE.max_lag = lag
     step = STATE.step
     rid = next(STATE.ids)
     start_wall = time.time()
@@ -176,13 +192,19 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
     if len(STATE.in_flight) >= cfg.max_in_flight:
         _emit(RequestRecord(STATE.worker_id, step, start_wall, None, None, (), None, None,
                             "dropped: the client's in-flight cap was reached", lag))  # fmt: skip
-        return
+        return None
     STATE.in_flight[rid] = start_wall
-    data = _body(STATE.prompts.next(), cfg)
-    parser = SseParser()
+    p = prompt if prompt is not None else STATE.prompts.next()
+    data = _body(p, cfg)
+    parser = SseParser(keep_text=turn is not None)
     raw = None
     error: str | None = None
     t0 = time.perf_counter()
+    if intended is not None:
+        # Lateness up to the send itself: building the body is the generator's delay too.
+        lag = max(0.0, t0 - intended)
+        if STATE.max_lag is None or lag > STATE.max_lag:
+            STATE.max_lag = lag
     end = t0
     nbytes = 0
     first_kernel: bool | None = None
@@ -273,7 +295,8 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
     STATE.in_flight.pop(rid, None)
     rec = RequestRecord(STATE.worker_id, step, start_wall, e2e, ttft, tuple(st.gaps),
                         st.prompt_tokens, out, error, lag, st.response_id,
-                        None if ttft is None else first_kernel)  # fmt: skip
+                        None if ttft is None else first_kernel, p.input_tokens,
+                        p.max_tokens, turn)  # fmt: skip
     _emit(rec)
     user.environment.events.request.fire(
         request_type="POST",
@@ -289,6 +312,35 @@ def stream_one(user: FastHttpUser, intended: float | None = None) -> None:
             request_type="TTFT", name=STATE.path, response_time=ttft * 1000.0,
             response_length=0, exception=None, context={}, response=None,
         )  # fmt: skip
+    if turn is None or error is not None:
+        return None
+    return "".join(st.text)
+
+
+def run_session(user: FastHttpUser) -> None:
+    """One conversation: each turn sends the history so far plus a new user message.
+
+    The context grows by the last question and its real reply every turn, as a chat
+    client's does; a failed turn ends the session (a user would start over).
+    """
+    cfg = STATE.config
+    assert cfg is not None and STATE.prompts is not None
+    history: list[dict] = []
+    for turn in range(1, cfg.turns + 1):
+        nxt = STATE.prompts.next()
+        if nxt.messages is not None:
+            user_msg = dict(nxt.messages[-1])
+        else:
+            user_msg = {"role": "user", "content": nxt.prompt or ""}
+        messages = (*history, user_msg)
+        # Only the first turn's length is the one asked for; later ones carry history too.
+        asked = nxt.input_tokens if turn == 1 else None
+        reply = stream_one(user, None, Prompt(None, messages, nxt.max_tokens, asked), turn)
+        if reply is None:
+            return
+        history = [*messages, {"role": "assistant", "content": reply}]
+        if turn < cfg.turns and cfg.think_time_s > 0:
+            gevent.sleep(cfg.think_time_s)
 
 
 def _emit(rec: RequestRecord) -> None:
@@ -304,7 +356,11 @@ class ClosedLoopUser(FastHttpUser):
 
     @task
     def one(self) -> None:
-        stream_one(self)
+        cfg = STATE.config
+        if cfg is not None and cfg.turns > 1:
+            run_session(self)
+        else:
+            stream_one(self)
 
 
 class OpenLoopUser(FastHttpUser):
@@ -318,6 +374,9 @@ class OpenLoopUser(FastHttpUser):
     def dispatch(self) -> None:
         cfg = STATE.config
         assert cfg is not None
+        if STATE.trace:
+            self.replay()
+            return
         group = gevent.pool.Group()
         rng = random.Random()
         rate, step = STATE.rate, STATE.step
@@ -338,6 +397,38 @@ class OpenLoopUser(FastHttpUser):
                 group.spawn(stream_one, self, next_t)
                 gap = rng.expovariate(rate) if cfg.arrival == "poisson" else 1.0 / rate
                 next_t += gap
+        finally:
+            group.kill(block=False)
+
+    def replay(self) -> None:
+        """Send the trace's requests on its own schedule, scaled by the step's speed.
+
+        A new step (another speed) starts the trace again from its first entry.
+        """
+        cfg = STATE.config
+        assert cfg is not None and STATE.prompts is not None
+        group = gevent.pool.Group()
+        step = None
+        try:
+            while True:
+                if STATE.speed is None or STATE.step == step:
+                    gevent.sleep(0.05)
+                    continue
+                step, speed = STATE.step, STATE.speed
+                t0 = time.perf_counter()
+                for e in STATE.trace:
+                    if STATE.step != step:
+                        break
+                    due = t0 + e.at / speed
+                    now = time.perf_counter()
+                    while due > now and STATE.step == step:
+                        gevent.sleep(min(due - now, 0.05))
+                        now = time.perf_counter()
+                    if STATE.step != step:
+                        break
+                    p = STATE.prompts.trace_prompt(e.input_length, e.output_length,
+                                                   e.hash_ids, cfg.trace_block_tokens)  # fmt: skip
+                    group.spawn(stream_one, self, due, p)
         finally:
             group.kill(block=False)
 
@@ -393,6 +484,8 @@ def _file_writer(path: str):
 
 def _apply_step(cmd: dict, shape: StepShape, processes: int) -> None:
     STATE.step = int(cmd["step"])
+    if cmd.get("speed") is not None:
+        STATE.speed = float(cmd["speed"])
     if STATE.mode == "open":
         STATE.rate = float(cmd["rate"]) / max(1, processes)
         shape.target = (processes, float(processes))

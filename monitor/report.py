@@ -121,7 +121,7 @@ def engine_json(e: EngineWindow) -> dict[str, Any]:
         "flops_per_s": _r(e.flops_per_s, 0),
         "read_bytes_per_s": _r(e.read_bytes_per_s, 0),
         "write_bytes_per_s": _r(e.write_bytes_per_s, 0),
-        "prefix_cache_hit_ratio": _r(e.prefix_cache_hit_ratio),
+        "prefix_cache_hit_rate": _r(e.prefix_cache_hit_rate, 4),
         "cache_config": dict(e.cache_config),
         "samples": e.samples,
     }

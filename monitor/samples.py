@@ -102,8 +102,8 @@ class EngineSample:
     estimated_flops_total: float | None = None
     estimated_read_bytes_total: float | None = None
     estimated_write_bytes_total: float | None = None
-    prefix_cache_queries_total: float | None = None
-    prefix_cache_hits_total: float | None = None
+    prefix_cache_queries_total: float | None = None  # prompt tokens looked up in the cache
+    prefix_cache_hits_total: float | None = None  # of those, tokens found cached
     histograms: tuple[tuple[str, Histogram], ...] = ()
     # vllm:cache_config_info labels (block_size, num_gpu_blocks, ...).
     cache_config: tuple[tuple[str, str], ...] = ()

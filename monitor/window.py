@@ -236,6 +236,8 @@ class EngineWindow:
     flops_per_s: float | None
     read_bytes_per_s: float | None
     write_bytes_per_s: float | None
+    # Share of prompt tokens looked up in the prefix cache that were found there.
+    prefix_cache_hit_rate: float | None
     ttft_p50_s: float | None
     ttft_p95_s: float | None
     ttft_mean_s: float | None
@@ -262,8 +264,6 @@ class EngineWindow:
     # The releases whose names matched, and the fields the page lacked (see EngineSample).
     flavour_version: str | None = None
     missing: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # Prefix-cache hits over lookups in the window (counters), else the server's own gauge.
-    prefix_cache_hit_ratio: float | None = None
     # The sequence cap the engine reports, its latest reading (None: not exported).
     seq_cap_reported: float | None = None
 
@@ -280,11 +280,13 @@ class EngineWindow:
         return self.running_mean + (self.waiting_mean or 0.0)
 
 
-def _prefix_hit_ratio(samples: Sequence[EngineSample]) -> float | None:
+def _prefix_hit_rate(samples: Sequence[EngineSample]) -> float | None:
+    """Hits over lookups in the window from the counters (None when nothing was looked up),
+    else the mean of the engine's own hit-rate gauge (SGLang, trtllm-serve)."""
     hits = counter_increase([s.prefix_cache_hits_total for s in samples])
     queries = counter_increase([s.prefix_cache_queries_total for s in samples])
-    if hits is not None and queries:
-        return hits / queries
+    if hits is not None and queries is not None:
+        return min(1.0, max(0.0, hits / queries)) if queries else None
     return _mean(s.prefix_cache_hit_rate for s in samples)
 
 
@@ -329,6 +331,7 @@ def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> En
         flops_per_s=rate("estimated_flops_total"),
         read_bytes_per_s=rate("estimated_read_bytes_total"),
         write_bytes_per_s=rate("estimated_write_bytes_total"),
+        prefix_cache_hit_rate=_prefix_hit_rate(samples),
         ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
         ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
         ttft_mean_s=histogram_mean(deltas.get(TTFT)),
@@ -347,7 +350,6 @@ def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> En
         histograms=tuple(sorted(deltas.items())),
         flavour_version=last.flavour_version,
         missing=last.missing,
-        prefix_cache_hit_ratio=_prefix_hit_ratio(samples),
         seq_cap_reported=next(
             (s.seq_cap_reported for s in reversed(samples) if s.seq_cap_reported), None
         ),

@@ -36,6 +36,9 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
     block_size: int = 16
+    # Automatic prefix caching (on by default in vLLM V1): a prompt's leading blocks that an
+    # earlier prompt computed are not prefilled again.
+    prefix_caching: bool = True
     num_blocks: int = 0  # 0: what gpu_memory_utilization leaves after the weights
     gpu_memory_utilization: float = 0.9
     max_model_len: int = 8192

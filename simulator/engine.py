@@ -13,13 +13,19 @@ Scheduling, each step, within ``max_num_batched_tokens``:
   goes back to the front of the queue to prefill prompt + output again);
 - then, if nothing was preempted, waiting requests join while fewer than
   ``max_num_seqs`` run and their first chunk's blocks are free.
+
+Prefix caching, simply: a request names its prompt's full blocks by chained hashes;
+on admission its leading blocks that an earlier prompt computed count as computed
+(no prefill work for them), and a prompt's blocks are remembered once its prefill ends.
+The cache remembers at most ``num_blocks`` blocks, least recently used first out; it
+does not model the memory those blocks share (each request still holds its own).
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,6 +50,8 @@ class Request:
     rid: int = field(default_factory=lambda: next(_ids))
     # The output index at which the model emits end-of-sequence (None: never).
     eos_at: int | None = None
+    # Chained hashes of the prompt's full blocks, for the prefix cache (empty: never hits).
+    block_hashes: tuple[int, ...] = ()
     # State.
     num_computed: int = 0  # tokens whose KV is in the cache
     output: int = 0  # tokens generated
@@ -97,6 +105,7 @@ class EngineCore:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._rng = random.Random(cfg.seed)
+        self.prefix_cache: OrderedDict[int, None] = OrderedDict()
 
     # -- state -------------------------------------------------------------------
 
@@ -128,6 +137,26 @@ class EngineCore:
         self._finish(req, "abort", now)
 
     # -- planning ----------------------------------------------------------------
+
+    def _cached_tokens(self, req: Request) -> int:
+        """Leading prompt tokens already in the prefix cache (the last token is always computed)."""
+        if not self.cfg.prefix_caching or req.num_computed:
+            return 0
+        usable = (req.prompt_tokens - 1) // self.cfg.block_size
+        n = 0
+        for h in req.block_hashes[:usable]:
+            if h not in self.prefix_cache:
+                break
+            n += 1
+        return n * self.cfg.block_size
+
+    def _remember(self, req: Request) -> None:
+        cache = self.prefix_cache
+        for h in req.block_hashes:
+            cache[h] = None
+            cache.move_to_end(h)
+        while len(cache) > self.num_blocks:
+            cache.popitem(last=False)
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.cfg.block_size)
@@ -171,13 +200,20 @@ class EngineCore:
         if not preempted:
             while self.waiting and len(self.running) < cfg.max_num_seqs and budget > 0:
                 req = self.waiting[0]
-                n = min(req.needed, budget)
-                if not cfg.chunked_prefill and n < req.needed:
+                cached = self._cached_tokens(req)
+                n = min(req.needed - cached, budget)
+                if not cfg.chunked_prefill and n < req.needed - cached:
                     break
-                need = self._blocks_for(n)
+                need = self._blocks_for(req.num_computed + cached + n)
                 if need > self.free_blocks:
                     break  # waits for KV capacity
                 self.waiting.popleft()
+                if cfg.prefix_caching and req.num_computed == 0:
+                    self.stats.prefix_cache_queries += req.prompt_tokens
+                    self.stats.prefix_cache_hits += cached
+                    for h in req.block_hashes[: cached // cfg.block_size]:
+                        self.prefix_cache.move_to_end(h)
+                req.num_computed += cached
                 self.free_blocks -= need
                 req.blocks = need
                 self.running.append(req)
@@ -236,6 +272,8 @@ class EngineCore:
             if req.first_token is None:
                 req.first_token = t_end
                 st.prompt_tokens += req.prompt_tokens
+                if self.cfg.prefix_caching and req.block_hashes:
+                    self._remember(req)
                 st.observe("time_to_first_token_seconds", t_end - req.arrival)
             else:
                 st.observe("inter_token_latency_seconds", t_end - req.last_token)

@@ -85,7 +85,7 @@ def cache_config_labels(cfg: EngineConfig, num_blocks: int) -> dict[str, str]:
         "cache_hit_alignment_tokens": "None",
         "effective_attention_block_size": str(cfg.block_size),
         "enable_mamba_shared_prefix_checkpoint": "False",
-        "enable_prefix_caching": "False",
+        "enable_prefix_caching": str(cfg.prefix_caching),
         "gpu_memory_utilization": str(cfg.gpu_memory_utilization),
         "hash_block_size": "None",
         "is_attention_free": "False",
@@ -177,10 +177,20 @@ def render_vllm(core: EngineCore, stats: Stats) -> str:
         "vllm:prompt_tokens_by_source",
         "Number of prompt tokens by source.",
         [
-            ({"source": "local_compute"}, stats.prompt_tokens),
-            ({"source": "local_cache_hit"}, 0),
+            ({"source": "local_compute"}, stats.prompt_tokens - stats.prefix_cache_hits),
+            ({"source": "local_cache_hit"}, stats.prefix_cache_hits),
             ({"source": "external_kv_transfer"}, 0),
         ],
+    )
+    w.counter(
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        [(None, stats.prefix_cache_queries)],
+    )
+    w.counter(
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        [(None, stats.prefix_cache_hits)],
     )
     w.counter(
         "vllm:generation_tokens",

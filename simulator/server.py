@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import uuid
+import zlib
 from typing import Any
 
 from aiohttp import web
@@ -96,6 +97,42 @@ def chat_tokens(messages: Any) -> int:
     return n
 
 
+def prompt_words(body: dict[str, Any], chat: bool) -> list[str]:
+    """The prompt as the simulated model's tokens: words, with chat template markers."""
+    if chat:
+        out: list[str] = []
+        for m in body.get("messages") or []:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content") or ""
+            if isinstance(content, list):
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            role = str(m.get("role", ""))
+            out += [
+                f"<|{role}|>",
+                *str(content).split(),
+                *["<|sep|>"] * (_CHAT_TEMPLATE_TOKENS - 1),
+            ]
+        return out
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt.split()
+    if isinstance(prompt, list):
+        return [str(t) for t in prompt]
+    return []
+
+
+def block_hashes(words: list[str], block_size: int) -> tuple[int, ...]:
+    """Chained hashes of the full blocks: a block matches only after the same prefix."""
+    out, h = [], 0
+    for i in range(0, len(words) - block_size + 1, block_size):
+        h = zlib.crc32(" ".join(words[i : i + block_size]).encode(), h)
+        out.append(h)
+    return tuple(out)
+
+
 class TokenStream:
     """What the engine produced for one HTTP request and not yet sent; lives on the event loop."""
 
@@ -140,6 +177,7 @@ class SimServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/gpu/metrics", self.gpu_metrics)
         app.router.add_get("/server_info", self.server_info)
@@ -297,6 +335,20 @@ class SimServer:
             raise _bad("ignore_eos must be a boolean.", "ignore_eos")
         return max_tokens, include_usage, ignore_eos
 
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /tokenize: the prompt (or chat messages) as the model's tokens."""
+        try:
+            body = await self._body(request)
+            chat = body.get("messages") is not None
+            n = chat_tokens(body.get("messages")) if chat else prompt_tokens(body.get("prompt"))
+        except ApiError as exc:
+            return error_response(exc.status, exc.err_type, exc.message, exc.param)
+        words = prompt_words(body, chat)[:n]
+        ids = [zlib.crc32(w.encode()) % 32000 for w in words]
+        return web.json_response(
+            {"count": n, "max_model_len": self.engine.cfg.engine.max_model_len, "tokens": ids}
+        )
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=False)
 
@@ -315,6 +367,10 @@ class SimServer:
         assert self.loop is not None
         stream = TokenStream(self.loop)
         req = Request(prompt, max_tokens, arrival=0.0, ignore_eos=ignore_eos, sink=stream.push)
+        if self.engine.cfg.engine.prefix_caching:
+            req.block_hashes = block_hashes(
+                prompt_words(body, chat), self.engine.cfg.engine.block_size
+            )
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.engine.submit(req)
         done = False

@@ -78,6 +78,8 @@ class Stats:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.preemptions = 0
+        self.prefix_cache_queries = 0  # prompt tokens looked up in the prefix cache
+        self.prefix_cache_hits = 0  # of those, tokens found there
         self.success: dict[str, int] = dict.fromkeys(FINISH_REASONS, 0)
         self.flops = 0.0
         self.read_bytes = 0.0

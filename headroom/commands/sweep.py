@@ -78,17 +78,51 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--warmup-seconds", type=float, default=10.0, help="excluded before each hold (default 10)"
     )
     p.add_argument(
-        "--input-tokens", type=int, default=256, help="synthetic prompt length (default 256)"
+        "--input-tokens",
+        type=int,
+        default=256,
+        help="synthetic prompt length in the model's tokens (default 256; exact through the "
+        "server's /tokenize or --tokenizer, else approximate)",
     )
     p.add_argument(
-        "--output-tokens", type=int, default=128, help="max_tokens per request (default 128)"
+        "--output-tokens",
+        type=int,
+        help="max_tokens per request (default 128; with --dataset, overrides the replies' lengths)",
     )
+    p.add_argument("--tokenizer", metavar="PATH",
+                   help="a local tokenizer.json (or its folder) for exact lengths when the server "
+                   "has no /tokenize; hub names are not downloaded")  # fmt: skip
     p.add_argument(
         "--length-dist", choices=("fixed", "uniform", "normal", "exponential"), default="fixed"
     )
     p.add_argument("--length-spread", type=float, default=0.5,
                    help="uniform half-width or normal sd, as a share of the mean (default 0.5)")  # fmt: skip
     p.add_argument("--prompts", metavar="FILE.jsonl", help="prompts from a JSONL file instead")
+    p.add_argument("--dataset", metavar="FILE",
+                   help="ShareGPT JSON/JSONL (first human turn; the reply's length as max_tokens) "
+                   "or a JSONL of {prompt|messages, max_tokens}, sampled with --seed")  # fmt: skip
+    p.add_argument("--dataset-prompts", type=int, default=1000, metavar="N",
+                   help="prompts to sample from --dataset (default 1000; a step needing more "
+                   "cycles through them)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seed for sampling and prompts (default 0)")
+    p.add_argument("--shared-prefix-tokens", type=int, default=0, metavar="N",
+                   help="every prompt starts with one of --prefix-groups shared prefixes of N tokens")  # fmt: skip
+    p.add_argument("--prefix-groups", type=int, default=1, metavar="G",
+                   help="how many different shared prefixes (default 1)")  # fmt: skip
+    p.add_argument("--turns", type=int, default=1, metavar="K",
+                   help="conversations of K turns through the chat API, each carrying the history "
+                   "(concurrency counts sessions)")  # fmt: skip
+    p.add_argument("--think-time", type=float, default=0.0, metavar="S",
+                   help="seconds a user waits between turns (default 0)")  # fmt: skip
+    p.add_argument("--trace", metavar="FILE.jsonl",
+                   help="replay a Mooncake-style trace (timestamp, input_length, output_length, "
+                   "hash_ids) open loop")  # fmt: skip
+    p.add_argument("--speed", default="1", metavar="X[,Y,...]",
+                   help="trace replay speed(s), one step each (default 1)")  # fmt: skip
+    p.add_argument("--trace-time-unit", choices=("s", "ms"), default="s",
+                   help="the trace's timestamp unit (default s; Mooncake's published traces use ms)")  # fmt: skip
+    p.add_argument("--trace-block-tokens", type=int, default=512,
+                   help="prompt tokens per trace hash id (default 512, Mooncake's block)")  # fmt: skip
     p.add_argument(
         "--no-ignore-eos", action="store_true", help="do not send ignore_eos (non-vLLM servers)"
     )
@@ -122,7 +156,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--error-threshold", type=float, default=0.1,
                    help="error ratio that ends the sweep as saturated-by-errors (default 0.1)")  # fmt: skip
     p.add_argument("--max-lag", type=float, default=0.1,
-                   help="open loop: p99 start lag (s) beyond which a step is invalid (default 0.1)")  # fmt: skip
+                   help="open loop and trace: p99 send lateness (s) beyond which a step is flagged "
+                   "and invalid (default 0.1)")  # fmt: skip
     p.add_argument(
         "--workers",
         type=int,
@@ -143,7 +178,37 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
 
 
-def config_from_args(args: argparse.Namespace, model: str, target: str):
+def _traffic_checks(args: argparse.Namespace) -> None:
+    """Flag combinations that cannot work, before anything else."""
+    if args.turns < 1 or args.think_time < 0:
+        raise ConfigError("--turns must be at least 1 and --think-time not negative")
+    if args.shared_prefix_tokens < 0 or args.prefix_groups < 1:
+        raise ConfigError("--shared-prefix-tokens cannot be negative, --prefix-groups at least 1")
+    if args.dataset and args.prompts:
+        raise ConfigError("--dataset and --prompts both give prompts: use one")
+    if args.dataset_prompts < 1:
+        raise ConfigError("--dataset-prompts must be at least 1")
+    if args.trace:
+        if args.concurrency is not None or args.rates is not None:
+            raise ConfigError("--trace sets its own arrivals: drop --concurrency and --rates")
+        if args.turns > 1:
+            raise ConfigError("--trace replays single requests: drop --turns")
+        if args.workers or args.external_workers:
+            raise ConfigError("--trace replays from one process: drop --workers")
+    elif args.speed != "1":
+        raise ConfigError("--speed applies to --trace replay only")
+    if args.turns > 1 and args.rates is not None:
+        raise ConfigError("--turns holds sessions in a closed loop: use --concurrency, not --rates")
+
+
+def _speeds(text: str) -> list[float]:
+    try:
+        return _floats(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"--speed: {exc}".replace("rates", "speeds")) from None
+
+
+def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=None):
     from loadgen.analysis import parse_slo
     from loadgen.schema import SweepConfig, WorkerConfig
 
@@ -157,7 +222,10 @@ def config_from_args(args: argparse.Namespace, model: str, target: str):
     rates = None
     adaptive = args.concurrency is None
     mode = "closed"
-    if args.rates is not None:
+    speeds = None
+    if args.trace:
+        mode, adaptive, speeds = "open", False, _speeds(args.speed)
+    elif args.rates is not None:
         mode = "open"
         if args.rates.strip() == "auto":
             adaptive = True
@@ -173,19 +241,31 @@ def config_from_args(args: argparse.Namespace, model: str, target: str):
         # own path where it serves Prometheus text elsewhere (trtllm-serve).
         bare = urlsplit(target).path in ("", "/")
         metrics = args.vllm_metrics or (target if bare else f"{target}/metrics")
+    extra = dict(traffic.worker) if traffic is not None else {}
+    prompts_file = str(Path(args.prompts).resolve()) if args.prompts else None
+    prompts_file = extra.pop("prompts_file", prompts_file)  # a sampled --dataset
     worker = WorkerConfig(
         target=target,
         model=model,
-        api=args.api,
+        api="chat" if args.turns > 1 else args.api,
         input_tokens=args.input_tokens,
-        output_tokens=args.output_tokens,
+        output_tokens=args.output_tokens or 128,
         length_dist=args.length_dist,
         length_spread=args.length_spread,
-        prompts_file=str(Path(args.prompts).resolve()) if args.prompts else None,
+        prompts_file=prompts_file,
         ignore_eos=not args.no_ignore_eos,
         include_usage=not args.no_usage,
         request_timeout_s=args.request_timeout,
         arrival=args.arrival,
+        seed=args.seed,
+        prefix_tokens=args.shared_prefix_tokens,
+        prefix_groups=args.prefix_groups,
+        turns=args.turns,
+        think_time_s=args.think_time,
+        trace_file=str(Path(args.trace).resolve()) if args.trace else None,
+        trace_time_unit_s=0.001 if args.trace_time_unit == "ms" else 1.0,
+        trace_block_tokens=args.trace_block_tokens,
+        **extra,
     )
     return SweepConfig(
         worker=worker,
@@ -207,6 +287,8 @@ def config_from_args(args: argparse.Namespace, model: str, target: str):
         master_port=args.master_port,
         error_threshold=args.error_threshold,
         max_lag_s=args.max_lag,
+        speeds=speeds,
+        dataset_prompts=traffic.dataset_prompts if traffic is not None else None,
     )
 
 
@@ -241,23 +323,41 @@ def run(args: argparse.Namespace) -> int:
     from loadgen.progress import Progress
     from loadgen.prompts import load_jsonl
     from loadgen.sweep import Sweep, build_sampler
+    from loadgen.traffic import check_files, prepare
 
     for slo in args.slo:
         parse_slo(slo)  # a typo fails before any network traffic
     check_out_dir(Path(args.out))  # before any load: a sweep that cannot write is wasted
+    _traffic_checks(args)
+    api = "chat" if args.turns > 1 else args.api
     target = normalise_target(args.target)
     if args.prompts:
-        load_jsonl(args.prompts, args.api, args.output_tokens)  # bad file: fail before any load
+        load_jsonl(args.prompts, api, args.output_tokens or 128)  # bad file: fail before any load
+    unit = 0.001 if args.trace_time_unit == "ms" else 1.0
+    local = check_files(args.dataset, args.trace, args.tokenizer, api, args.output_tokens, unit)
     if args.rates is None and args.concurrency is None and args.max_concurrency < 1:
         raise ConfigError("--max-concurrency must be at least 1")
     model = resolve_model(target, args.model)
-    cfg = config_from_args(args, model, target)
-    probe_stream(target, model, args.api, timeout=min(60.0, args.request_timeout))
+    # Synthetic text goes out unless every prompt comes from a file.
+    synthetic = not (args.prompts or args.dataset)
+    traffic = prepare(target, model, api, local, args.tokenizer, Path(args.out),
+                      dataset=args.dataset, dataset_max_tokens=args.output_tokens,
+                      default_max_tokens=128, dataset_limit=args.dataset_prompts,
+                      seed=args.seed, exact_wanted=synthetic)  # fmt: skip
+    cfg = config_from_args(args, model, target, traffic)
+    probe_stream(target, model, api, timeout=min(60.0, args.request_timeout))
     sampler, notes = build_sampler(cfg, nvml=args.nvml)
     progress = Progress(quiet=args.quiet)
     progress.message(f"sweeping {target} (model {model}), results in {args.out}")
+    if args.turns > 1 and args.api != "chat":
+        progress.message("note: --turns sends conversations through the chat API")
+    for w in traffic.warnings:
+        progress.message(f"warning: {w}")
+    notes = [*traffic.notes, *notes]
     for n in notes:
         progress.message(f"note: {n}")
+    # The report keeps every warning and note the console showed.
+    notes = [*(f"warning: {w}" for w in traffic.warnings), *notes]
     sweep = Sweep(cfg, Path(args.out), sampler=sampler, progress=progress, resume=args.resume,
                   argv=["headroom", *sys.argv[1:]], notes=notes)  # fmt: skip
     result = sweep.run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,4 +37,6 @@ def write_csv(path: Path, steps: Sequence[StepResult]) -> None:
                 gpu_dram_active=s.gpu.dram_active,
                 first_error=s.errors_sample[0] if s.errors_sample else "",
             )
-            w.writerow({k: "" if v is None else v for k, v in row.items()})
+            # Per-turn figures are small maps: JSON in one cell keeps them readable.
+            w.writerow({k: "" if v is None else json.dumps(v) if isinstance(v, dict) else v
+                        for k, v in row.items()})  # fmt: skip

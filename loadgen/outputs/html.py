@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 
 from loadgen.analysis import load_of
-from loadgen.schema import SweepResult
+from loadgen.schema import StepResult, SweepResult
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -24,6 +24,53 @@ def _f(v, spec: str = ".3g") -> str:
 
 def _e(v) -> str:
     return html.escape(str(v))
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:+.1f}%"
+
+
+def _tokens_note(s: StepResult) -> str:
+    if not s.tokens_off:
+        return ""
+    parts = [f"{name} {_pct(off)}" for name, off in (("prompt", s.prompt_tokens_off),
+             ("completion", s.completion_tokens_off)) if off is not None]  # fmt: skip
+    return "served tokens off what was asked: " + ", ".join(parts)
+
+
+def _traffic_table(result: SweepResult, unit: str) -> list[str]:
+    """What each step sent against what was served, and the figures only some traffic has."""
+    steps = sorted(result.steps, key=load_of)
+    if not any(s.served_prompt_tokens_mean is not None or s.prefix_cache_hit_rate is not None
+               or s.ttft_sched_p50_s is not None or s.ttft_p50_by_turn for s in steps):  # fmt: skip
+        return []
+    w = result.config.worker
+    how = [f"lengths counted by {w.token_source}" if w.token_source else "approximate lengths"]
+    if w.prefix_tokens:
+        how.append(f"{w.prefix_groups} shared prefix(es) of {w.prefix_tokens} tokens")
+    if w.turns > 1:
+        how.append(f"sessions of {w.turns} turns, {w.think_time_s:g} s think time")
+    if w.trace_file:
+        how.append(f"trace {Path(w.trace_file).name}")
+    heads = ["#", unit, "prompt asked", "prompt served", "completion asked", "completion served",
+             "prefix-cache hits", "TTFT from schedule p50", "p99", "e2e from schedule p50", "p99",
+             "lateness p99", "TTFT p50 by turn"]  # fmt: skip
+    out = [f"<h2>Traffic</h2><p>{_e('; '.join(how))}</p><table><tr>",
+           "".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr>"]  # fmt: skip
+    for s in steps:
+        bad = " class='bad'" if s.tokens_off else ""
+        cells = [
+            s.index, _f(load_of(s), "g"), _f(s.requested_prompt_tokens_mean, ".1f"),
+            _f(s.served_prompt_tokens_mean, ".1f"), _f(s.requested_completion_tokens_mean, ".1f"),
+            _f(s.served_completion_tokens_mean, ".1f"),
+            "-" if s.prefix_cache_hit_rate is None else f"{100 * s.prefix_cache_hit_rate:.0f}%",
+            _f(s.ttft_sched_p50_s, ".4f"), _f(s.ttft_sched_p99_s, ".4f"),
+            _f(s.e2e_sched_p50_s, ".3f"), _f(s.e2e_sched_p99_s, ".3f"), _f(s.sched_lag_p99_s, ".4f"),
+            " / ".join(f"{k}: {v:.3f}" for k, v in (s.ttft_p50_by_turn or {}).items()) or "-",
+        ]  # fmt: skip
+        out.append(f"<tr{bad}>" + "".join(f"<td>{_e(x)}</td>" for x in cells) + "</tr>")
+    out.append("</table>")
+    return out
 
 
 def render_html(result: SweepResult, plots: list[Path]) -> str:
@@ -77,7 +124,7 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
     parts.append("".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr>")
     any_off = False
     for s in sorted(result.steps, key=load_of):
-        notes = s.invalid_reason or ""
+        notes = "; ".join(x for x in (s.invalid_reason, _tokens_note(s)) if x)
         knee = sat.reached and sat_load is not None and load_of(s) == sat_load
         if knee:
             notes = "; ".join(n for n in ("saturation point", notes) if n)
@@ -122,6 +169,7 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
             "and engine holds requests (a gateway, a proxy's queue, the client itself), or the "
             "step was disturbed (requests longer than the hold, a host stall).</p>"
         )
+    parts += _traffic_table(result, unit)
     for p in plots:
         data = base64.b64encode(p.read_bytes()).decode("ascii")
         parts.append(

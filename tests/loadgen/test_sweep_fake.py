@@ -103,6 +103,10 @@ def test_open_loop_measures_rate_and_scheduling_lag(fake_server, tmp_path, capsy
         assert s["concurrency"] is None
         assert s["requests_per_s"] == pytest.approx(s["rate"], rel=0.3)
         assert s["sched_lag_p50_s"] is not None and s["sched_lag_p50_s"] < 0.05
+        # From when each request was due: the send's latency plus its lateness, never less.
+        assert s["ttft_sched_p50_s"] >= s["ttft_p50_s"] - 1e-6
+        assert s["ttft_sched_p50_s"] - s["ttft_p50_s"] <= s["sched_lag_max_s"] + 1e-6
+        assert s["e2e_sched_p99_s"] >= s["e2e_p50_s"]
     assert json.loads((out / "sweep.json").read_text())["config"]["mode"] == "open"
 
 

@@ -79,6 +79,29 @@ def test_counters_are_raw_and_summed_over_finished_reason(
     assert e.estimated_flops_total == 0.0
 
 
+def test_prefix_cache_counters_give_a_hit_rate_over_the_window(
+    read_fixture: Callable[[str], str],
+) -> None:
+    page = read_fixture(UNDER_LOAD)
+    (e,), _ = engines_from_text(page, "http://h/metrics")
+    # The real page: 78 prompt tokens looked up, none found cached.
+    assert (e.prefix_cache_queries_total, e.prefix_cache_hits_total) == (78.0, 0.0)
+    later = page.replace(
+        'vllm:prefix_cache_queries_total{engine="0",model_name="tiny-llama"} 78.0',
+        'vllm:prefix_cache_queries_total{engine="0",model_name="tiny-llama"} 478.0',
+    ).replace(
+        'vllm:prefix_cache_hits_total{engine="0",model_name="tiny-llama"} 0.0',
+        'vllm:prefix_cache_hits_total{engine="0",model_name="tiny-llama"} 300.0',
+    )
+    (e2,), _ = engines_from_text(later, "http://h/metrics")
+    snaps = [Snapshot(t=0.0, wall=1e9, engines=(e,)), Snapshot(t=1.0, wall=1e9 + 1, engines=(e2,))]
+    (w,) = compute_window(snaps).engines
+    assert w.prefix_cache_hit_rate == pytest.approx(300 / 400)
+    # Nothing looked up in a window: no rate rather than a 0% that reads as all misses.
+    (w0,) = compute_window([snaps[1], Snapshot(t=2.0, wall=1e9 + 2, engines=(e2,))]).engines
+    assert w0.prefix_cache_hit_rate is None
+
+
 def test_every_histogram_is_cumulative_and_complete(read_fixture: Callable[[str], str]) -> None:
     (e,), _ = engines_from_text(read_fixture(UNDER_LOAD), "http://h/metrics")
     assert [name for name, _ in e.histograms] == list(HISTOGRAMS)

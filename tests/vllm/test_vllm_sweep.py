@@ -64,3 +64,26 @@ def test_short_sweep_saturates_at_the_seq_cap(seq_cap_server: Any, tmp_path: Pat
     assert sat["concurrency"] == SEQ_CAP, sat
     assert sat["cause"] == "seq-cap", sat
     assert sat["inferred_cap"] == SEQ_CAP, sat
+
+
+def test_exact_lengths_and_prefix_cache_hits_on_real_vllm(
+    seq_cap_server: Any, tmp_path: Path
+) -> None:
+    # Through vLLM's own /tokenize: prompts of exactly 64 + 256 tokens of the tiny model, and
+    # one shared 256-token prefix, which vLLM's prefix cache serves after the first request.
+    out = tmp_path / "prefix"
+    proc = headroom(
+        "sweep", "--target", seq_cap_server.url, "--concurrency", "2",
+        "--step-seconds", "5", "--warmup-seconds", "1", "--input-tokens", "64",
+        "--output-tokens", "16", "--shared-prefix-tokens", "256", "--out", str(out),
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "prompt lengths exact through the server's /tokenize" in proc.stderr
+    (step,) = json.loads((out / "sweep.json").read_text())["steps"]
+    assert step["requests_failed"] == 0
+    assert step["served_prompt_tokens_mean"] == step["requested_prompt_tokens_mean"] == 320
+    assert step["served_completion_tokens_mean"] == 16 and not step["tokens_off"]
+    # vLLM caches whole blocks (128 tokens on the CPU build): the BOS and the prefix fill two,
+    # 256 of each prompt's 320 tokens.
+    assert step["prefix_cache_hit_rate"] == pytest.approx(256 / 320, abs=0.05)
