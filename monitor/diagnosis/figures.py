@@ -444,9 +444,17 @@ def headroom_estimate(
     if tensor is not None and tensor > 0.02:
         limits["compute"] = th.headroom_tensor_max / tensor
     thread = engine_thread_ratio(host)
-    if thread is not None and thread >= th.headroom_cpu_min:
-        # Much of an engine step's CPU is per step, not per sequence: a lightly loaded loop
-        # says little about where the core runs out, so the CPU counts once it is busy.
+    busy = busy_fraction(gpus)
+    if (
+        thread is not None
+        and thread >= th.headroom_cpu_min
+        and busy is not None
+        and busy < th.util_low
+    ):
+        # Much of an engine step's CPU is per step, not per sequence, and an engine loop that
+        # polls (vLLM's CPU build spins near a full core at one stream) looks as busy as one
+        # that works: the thread counts as a limit only once it is busy while the GPU idles
+        # beside it, as in CPU in the path.
         limits["cpu"] = 1.0 / thread
     if (
         budget.value

@@ -147,6 +147,10 @@ class DiagnosisPanel(Panel):
         if top.get("fix"):
             text.append("fix: ", style="bold green")
             text.append(f"{top['fix']}\n")
+        if top.get("next"):
+            # The command that shows which code or kernels: the step after the fix's idea.
+            text.append("next: ", style="bold")
+            text.append(f"{top['next']}\n")
         if top.get("missing"):
             text.append(f"(less sure: no {', '.join(top['missing'])})\n", style="dim")
         for v in verdicts[1:]:
