@@ -56,7 +56,6 @@ class Monitor:
         self.diagnoser.reset()
         self._restart_asked = True
 
-
     def set_cpu_profile(self, profile: Any) -> None:
         """The engine thread's latest profile: shown with every window while its process lives."""
         with self._lock:

@@ -379,8 +379,13 @@ def ttft_parts(e: EngineWindow, client_ttft_s: float | None = None) -> dict[str,
         return None
     queue, prefill, engine = e.queue_mean_s, e.prefill_mean_s, e.ttft_mean_s
     other = None
+    # vLLM observes TTFT at the first token but queue and prefill times when a request
+    # finishes: over a window shorter than a request the two are different requests, and
+    # the parts can outgrow the whole. They are shown as a split only where they fit it.
+    consistent = None
     if engine is not None and queue is not None and prefill is not None:
         other = max(0.0, engine - queue - prefill)
+        consistent = queue + prefill <= 1.1 * engine + 1e-3
     outside = None
     if client_ttft_s is not None and engine is not None:
         outside = max(0.0, client_ttft_s - engine)
@@ -390,6 +395,7 @@ def ttft_parts(e: EngineWindow, client_ttft_s: float | None = None) -> dict[str,
         "engine_other_s": _r(other, 6),
         "outside_s": _r(outside, 6),
         "engine_ttft_s": _r(engine, 6),
+        "consistent": consistent,
     }
 
 

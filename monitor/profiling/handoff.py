@@ -50,4 +50,4 @@ def gpu_next_steps(cause: str, pid: int | None, url: str | None) -> str:
             parts.append("copies show as Memcpy HtoD / DtoH rows in it")
     else:
         parts.append(f"the top kernel: `{ncu(pid)}`")
-    return "next, which kernels: " + "; ".join(parts)
+    return "which kernels: " + "; ".join(parts)

@@ -148,9 +148,10 @@ class DiagnosisPanel(Panel):
             text.append("fix: ", style="bold green")
             text.append(f"{top['fix']}\n")
         if top.get("next"):
-            # The command that shows which code or kernels: the step after the fix's idea.
+            # The command that shows which code or kernels, on one line here (the detail
+            # screens give it whole).
             text.append("next: ", style="bold")
-            text.append(f"{top['next']}\n")
+            text.append(fmt.clip(top["next"], width - 6) + "\n")
         if top.get("missing"):
             text.append(f"(less sure: no {', '.join(top['missing'])})\n", style="dim")
         for v in verdicts[1:]:
@@ -283,7 +284,7 @@ class EnginePanel(Panel):
             f" · ITL p50 {fmt.seconds(e.get('itl_p50_s'))} p95 {fmt.seconds(e.get('itl_p95_s'))}\n"
         )
         parts = a.get("ttft_parts") or {}
-        if parts.get("engine_ttft_s") is not None:
+        if parts.get("engine_ttft_s") is not None and parts.get("consistent"):
             text.append(
                 f"TTFT mean {fmt.seconds(parts.get('engine_ttft_s'))} = queue "
                 f"{fmt.seconds(parts.get('queue_s'))} + prefill {fmt.seconds(parts.get('prefill_s'))}"
