@@ -157,16 +157,18 @@ def test_agent_exports_engine_series_and_seq_cap_to_prometheus(
         peak_waiting = _value(
             prometheus, "max_over_time(headroom_engine_requests_waiting_max[20s])"
         )
-        cap = _value(prometheus, 'max_over_time(headroom_engine_seq_cap{origin="inferred"}[20s])')
+        cap = _value(prometheus, 'max_over_time(headroom_engine_seq_cap{origin="reported"}[20s])')
     assert load.stats.errors == []
 
     assert verdict_series, "Prometheus never saw headroom_diagnosis{cause='seq-cap'} == 1"
     assert "tiny-llama" in verdict_series[0]["metric"]["scope"]
     assert peak_running == SEQ_CAP
     assert peak_waiting is not None and peak_waiting >= SEQ_CAP
-    assert cap == SEQ_CAP  # inferred from the plateau: vLLM does not export max_num_seqs
+    # vLLM exports no max_num_seqs: the agent reads it from the local server's command line.
+    assert cap == SEQ_CAP
     # The agent's own API tells the same story.
     assert snapshot["engines"][0]["analysis"]["seq_cap"] == SEQ_CAP
-    assert snapshot["engines"][0]["analysis"]["seq_cap_inferred"] is True
+    assert snapshot["engines"][0]["analysis"]["seq_cap_origin"] == "reported"
+    assert snapshot["engines"][0]["analysis"]["seq_cap_reported_by"] == "cmdline"
     # No GPU on this box: GPU series are absent rather than exported as zeros.
     assert _query(prometheus, "headroom_gpu_utilization_ratio") == []

@@ -40,12 +40,14 @@ def _says_gpu_missing(verdict: dict[str, Any]) -> bool:
     return "gpu" in verdict["missing"] and verdict["confidence"] < 0.9
 
 
-def test_twelve_streams_on_four_slots_is_seq_cap_with_the_cap_inferred(
+def test_twelve_streams_on_four_slots_is_seq_cap_with_the_servers_own_cap(
     seq_cap_server: Any,
 ) -> None:
     with Load(seq_cap_server.url, concurrency=3 * SEQ_CAP, max_tokens=200) as load:
         time.sleep(3)
-        # No --max-num-seqs given: vLLM does not export it, so headroom must infer it.
+        # No --max-num-seqs given to headroom, and vLLM exports none: headroom reads it
+        # from the command line of the server listening on the port (/server_info is 404
+        # without VLLM_SERVER_DEV_MODE).
         report = snapshot(seq_cap_server.url, 8)
     assert load.stats.errors == []
 
@@ -53,7 +55,8 @@ def test_twelve_streams_on_four_slots_is_seq_cap_with_the_cap_inferred(
     assert verdict["cause"] == "seq-cap", _brief(report)
     analysis = report["engines"][0]["analysis"]
     assert analysis["seq_cap"] == SEQ_CAP
-    assert analysis["seq_cap_inferred"] is True
+    assert (analysis["seq_cap_origin"], analysis["seq_cap_reported_by"]) == ("reported", "cmdline")
+    assert "set on the engine's command line" in verdict["summary"]
     assert "--max-num-seqs" in verdict["fix"]
     assert _evidence(verdict)  # the numbers that decided it are shown
     assert _says_gpu_missing(verdict), verdict["missing"]
