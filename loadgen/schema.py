@@ -214,6 +214,12 @@ class HeadroomCheck(BaseModel):
     # estimated over measured, in the sweep's own mode (concurrency, or rate for --rates).
     ratio: float | None = None
 
+    def in_mode(self, closed: bool) -> tuple[float | None, float | None]:
+        """(estimated, measured) load in the sweep's own terms: streams, or req/s."""
+        if closed:
+            return self.estimated_concurrency, self.measured_concurrency
+        return self.estimated_rate_rps, self.measured_rate_rps
+
 
 class Saturation(BaseModel):
     reached: bool

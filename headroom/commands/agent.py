@@ -8,7 +8,7 @@ import signal
 import threading
 from typing import Any
 
-from headroom.commands.common import add_engine_flag
+from headroom.commands.common import add_engine_url_flag
 from monitor.config import DEFAULT_PORT
 
 # Flags default to None so the config layers underneath (environment, file) show through.
@@ -41,15 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="Prometheus web-config file: tls_server_config and basic_auth_users (bcrypt)",
     )
     g = p.add_argument_group("sources")
-    g.add_argument(
-        "--vllm",
-        "--engine-url",
-        dest="vllm",
-        metavar="URL",
-        action="append",
-        help="a serving engine's metrics (vLLM, SGLang, TGI, TensorRT-LLM, llama.cpp); repeatable",
-    )
-    add_engine_flag(g)
+    add_engine_url_flag(g, default=None)
     g.add_argument("--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics endpoint")
     g.add_argument("--no-nvml", dest="nvml", action="store_const", const=False, help="skip NVML")
     g.add_argument(

@@ -8,21 +8,27 @@ from typing import Any
 from monitor.errors import ConfigError
 
 
-def add_source_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sources")
+def add_engine_url_flag(g: Any, default: list[str] | None) -> None:
+    """--vllm URL (alias --engine-url), repeatable; the agent passes default None so that a
+    flag left out does not hide its environment and config-file settings."""
     g.add_argument(
         "--vllm",
         "--engine-url",
         dest="vllm",
         metavar="URL",
         action="append",
-        default=[],
+        default=default,
         help=(
             "a serving engine's metrics: vLLM, SGLang, TGI, TensorRT-LLM (trtllm-serve), Triton "
             "with TensorRT-LLM or llama.cpp (base URL or the metrics page); repeat for several"
         ),
     )
     add_engine_flag(g)
+
+
+def add_source_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sources")
+    add_engine_url_flag(g, default=[])
     g.add_argument("--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics endpoint")
     g.add_argument("--dcgm", action="store_true", help="read GPUs through DCGM's pydcgm bindings")
     g.add_argument("--no-nvml", action="store_true", help="do not read GPUs through NVML")

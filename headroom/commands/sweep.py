@@ -376,8 +376,7 @@ def run(args: argparse.Namespace) -> int:
         progress.message(f"saturation {sat.reason}")
     hc = result.headroom_check
     if hc is not None:
-        est = hc.estimated_concurrency if cfg.mode == "closed" else hc.estimated_rate_rps
-        meas = hc.measured_concurrency if cfg.mode == "closed" else hc.measured_rate_rps
+        est, meas = hc.in_mode(cfg.mode == "closed")
         progress.message(
             f"headroom estimated at step {hc.step_index}: {unit} {est:.3g} before {hc.limit}; "
             f"measured {meas:g} (estimate/measured {hc.ratio:.2f})"

@@ -98,8 +98,7 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
         parts.append(f"<p><b>Saturation not reached.</b> {_e(sat.reason)}</p>")
     hc = result.headroom_check
     if hc is not None:
-        est = hc.estimated_concurrency if c.mode == "closed" else hc.estimated_rate_rps
-        meas = hc.measured_concurrency if c.mode == "closed" else hc.measured_rate_rps
+        est, meas = hc.in_mode(c.mode == "closed")
         parts.append(
             f"<p><b>Headroom estimate</b> from step {hc.step_index}'s window: {unit} "
             f"{_e(_f(est, '.3g'))} before <b>{_e(hc.limit or '-')}</b>; the sweep measured "

@@ -265,3 +265,32 @@ def test_fixed_plan_skips_measured_loads() -> None:
     assert plan.next([]) == 1
     assert plan.next([step(1, 1, 1), step(2, 1, 1)]) == 4
     assert plan.next([step(1, 1, 1), step(2, 1, 1), step(4, 1, 1)]) is None
+
+
+def test_the_first_steps_headroom_estimate_is_set_against_the_measured_knee() -> None:
+    from loadgen.analysis import headroom_check
+
+    ladder = [(1, 100.0, 1.0), (2, 200.0, 1.0), (4, 400.0, 1.0), (8, 800.0, 1.0),
+              (16, 820.0, 2.0, 8.0, 8.0, "seq-cap")]  # fmt: skip
+    steps = [step(*row) for row in ladder]
+    steps[0] = steps[0].model_copy(
+        update={
+            "headroom": {
+                "factor": 8.0,
+                "limit": "seq-cap",
+                "concurrency_at_limit": 8.0,
+                "rate_at_limit_rps": 8.0,
+            }
+        }  # fmt: skip
+    )
+    sat = find_saturation(steps, 0.1, 0.1)
+    assert sat.concurrency == 8
+    hc = headroom_check(steps, sat)
+    assert hc is not None and (hc.limit, hc.ratio, hc.step_index) == (
+        "seq-cap",
+        1.0,
+        steps[0].index,
+    )
+    assert hc.in_mode(True) == (8.0, 8)
+    # No estimate in any step (no engine source), or no knee: nothing to compare.
+    assert headroom_check([s.model_copy(update={"headroom": None}) for s in steps], sat) is None
