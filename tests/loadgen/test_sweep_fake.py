@@ -58,7 +58,13 @@ def test_closed_sweep_finds_the_cap_and_writes_every_output(fake_server, tmp_pat
         assert s["client_in_flight_mean"] == pytest.approx(s["concurrency"], rel=0.1)
         # The fake's gauges lag its socket by milliseconds on a busy host: loose here,
         # exact on the simulator.
-        assert s["engine_in_flight_mean"] == pytest.approx(s["concurrency"], rel=0.35)
+        # One stream reads 0 between a finish and the next send in a reading or two of
+        # four (a 2 s hold at 0.5 s): half a request of slack at the smallest loads.
+        c = s["concurrency"]
+        assert abs(s["engine_in_flight_mean"] - c) <= max(0.35 * c, 0.5), (
+            c,
+            s["engine_in_flight_mean"],
+        )
         assert s["client_cpu_ratio"] is not None and not s["client_limited"]
     rows = list(csv.DictReader((out / "steps.csv").read_text().splitlines()))
     assert sorted({int(r["concurrency"]) for r in rows}) == [1, 2, 4, 8]
