@@ -62,5 +62,13 @@ def test_sweep_saturates_at_the_slot_count(llama_server: Any, tmp_path: Path) ->
     assert steps[8]["running_max"] == SLOTS
     assert steps[8]["waiting_mean"] > 1
     assert steps[4]["waiting_mean"] < 1
+    # Past the slots, requests queue and the step names the slot count as the sequence cap.
+    assert steps[8]["verdict"] == "seq-cap", steps[8]["verdicts"]
     sat = result["saturation"]
-    assert (sat["concurrency"], sat["cause"], sat["inferred_cap"]) == (SLOTS, "seq-cap", SLOTS)
+    if sat["concurrency"] == SLOTS:
+        assert (sat["cause"], sat["inferred_cap"]) == ("seq-cap", SLOTS)
+    else:
+        # On a 2-core box llama-server's own CPU can run out first (one clean-clone run read
+        # 319 -> 430 -> 439 tok/s at 1, 2, 4 streams): then the knee comes earlier and the
+        # sweep says so, never later than the slots.
+        assert sat["concurrency"] < SLOTS and sat["cause"] == "cpu-bound", sat
