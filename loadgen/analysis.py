@@ -82,8 +82,20 @@ def effective_steps(steps: Sequence[StepResult]) -> list[StepResult]:
     return [by_load[x] for x in sorted(by_load)]
 
 
-def _latency(step: StepResult) -> float | None:
-    return step.e2e_p50_s if step.e2e_p50_s is not None else step.ttft_p50_s
+_LATENCIES = ("e2e_p50_s", "itl_p50_s", "ttft_p50_s")
+
+
+def _latencies(a: StepResult, b: StepResult) -> tuple[float, float] | None:
+    """One latency measured at both loads: end-to-end where both steps finished requests.
+
+    Streams longer than the hold finish none inside it (no e2e), and streams all started
+    before the hold give no TTFT either; the gap between tokens is read from every stream
+    still running, so it is the comparison left when the others are missing at one load."""
+    for key in _LATENCIES:
+        la, lb = getattr(a, key), getattr(b, key)
+        if la is not None and lb is not None:
+            return la, lb
+    return None
 
 
 def _typical_waiting(step: StepResult) -> float | None:
@@ -121,9 +133,10 @@ def _limit_reason(a: StepResult, b: StepResult, gain_threshold: float) -> str | 
     if b.mode == "open" and b.rate and b.requests_per_s < UNDERSERVED * b.rate:
         return f"completes {b.requests_per_s:.2f} of {b.rate:.2f} req/s offered"
     gain = gain_per_doubling(a, b)
-    la, lb = _latency(a), _latency(b)
-    rising = la is not None and lb is not None and lb > la * (1 + LATENCY_RISE)
-    if gain < gain_threshold and rising:
+    pair = _latencies(a, b)
+    rising = pair is not None and pair[1] > pair[0] * (1 + LATENCY_RISE)
+    if gain < gain_threshold and rising and pair is not None:
+        la, lb = pair
         return (
             f"throughput +{100 * gain:.0f}% per doubling (< {100 * gain_threshold:.0f}%) "
             f"while latency rose {la:.3g} -> {lb:.3g} s"

@@ -118,6 +118,25 @@ def test_gain_rule_needs_latency_to_rise() -> None:
     assert not find_saturation(flat).reached
 
 
+def test_streams_outliving_the_hold_are_judged_by_the_gap_between_tokens() -> None:
+    # A CPU-bound engine at 64 and 128 streams: each request lasts longer than the hold, so
+    # neither step finished one (no e2e) nor started one (no TTFT); the gap between tokens
+    # doubled while throughput gained 1%: 64 is the knee (a CI run read "not reached").
+    def long(x: float, tput: float, itl: float) -> StepResult:
+        return step(x, tput, 1.0, verdict="cpu-bound").model_copy(
+            update={"e2e_p50_s": None, "ttft_p50_s": None, "ttft_p95_s": None, "itl_p50_s": itl}
+        )
+
+    steps = [long(8, 124, 0.064), long(16, 146, 0.104), long(32, 168, 0.184),
+             long(64, 190, 0.344), long(128, 192, 0.664)]  # fmt: skip
+    sat = find_saturation(steps)
+    assert sat.reached and sat.concurrency == 64 and sat.cause == "cpu-bound", sat
+    assert "0.344 -> 0.664" in sat.reason
+    # The same steps where the gap did not grow are not past a knee.
+    flat = [s.model_copy(update={"itl_p50_s": 0.1}) for s in steps]
+    assert not find_saturation(flat).reached
+
+
 def test_refined_steps_use_per_doubling_gain() -> None:
     # 8 -> 12 is half a doubling: +4% throughput is ~+6% per doubling, under 10%.
     steps = [step(4, 400, 1.0), step(8, 800, 1.0), step(12, 832, 1.4, verdict="compute-bound")]
