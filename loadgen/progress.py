@@ -129,4 +129,6 @@ def _extras(s: StepResult) -> str:
         out.append("TTFT p50 by turn " + " ".join(f"{v:.3f}" for v in s.ttft_p50_by_turn.values()))
     if s.speed is not None:
         out.append(f"speed {s.speed:g}x")
+    if s.ttft_parts and s.ttft_parts.get("outside_note"):
+        out.append(s.ttft_parts["outside_note"])
     return "  " + "  ".join(out) if out else ""

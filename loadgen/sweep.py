@@ -382,7 +382,9 @@ class Sweep:
             verdict_summary=e.verdict_summary,
             verdicts=e.verdicts,
             headroom=e.headroom,
-            ttft_parts=_with_outside(e.ttft_parts, cs.ttft_mean_s, cs.ttft["p50"]),
+            ttft_parts=_with_outside(
+                e.ttft_parts, cs.ttft_mean_s, cs.ttft["p50"], client_late=bool(reasons)
+            ),
         )
 
     # -- the whole sweep -------------------------------------------------------------------
@@ -492,18 +494,44 @@ class Sweep:
         )
 
 
+# Time outside the engine worth a word: this share of the client's TTFT, and at least this long
+# (loopback and the generator's own parsing cost a millisecond or two).
+OUTSIDE_SHARE = 0.5
+OUTSIDE_MIN_S = 0.01
+
+
 def _with_outside(
-    parts: dict | None, client_mean: float | None, client_p50: float | None
+    parts: dict | None,
+    client_mean: float | None,
+    client_p50: float | None,
+    client_late: bool = False,
 ) -> dict | None:
     """The step's TTFT parts with what the client saw beyond the engine. Means throughout:
     they add up (queue + prefill + other + outside = the client's mean TTFT), and engine
-    histograms' medians are only as fine as their buckets."""
+    histograms' medians are only as fine as their buckets.
+
+    ``outside_note`` says where time outside the engine that dominates comes from: the
+    generator itself where it could not keep up (client-limited), else whatever stands
+    between it and the engine."""
     if parts is None:
         return None
     out = dict(parts)
     engine = parts.get("engine_ttft_s")
+    outside = None
     if client_mean is not None and engine is not None:
-        out["outside_s"] = round(max(0.0, client_mean - engine), 6)
+        outside = max(0.0, client_mean - engine)
+        out["outside_s"] = round(outside, 6)
     out["client_ttft_mean_s"] = None if client_mean is None else round(client_mean, 6)
     out["client_ttft_p50_s"] = None if client_p50 is None else round(client_p50, 6)
+    note = None
+    if outside is not None and client_mean and outside >= OUTSIDE_MIN_S:
+        share = outside / client_mean
+        if share >= OUTSIDE_SHARE:
+            where = (
+                "the load generator itself is late (client-limited): add workers"
+                if client_late
+                else "a gateway, proxy or the network between the client and the engine"
+            )
+            note = f"{100 * share:.0f}% of TTFT is outside the engine ({outside:.3f} s): {where}"
+    out["outside_note"] = note
     return out

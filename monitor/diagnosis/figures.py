@@ -400,8 +400,11 @@ def ttft_parts(e: EngineWindow, client_ttft_s: float | None = None) -> dict[str,
 
 
 def ttft_dominant(parts: dict[str, Any] | None, share: float = 0.5) -> tuple[str, float] | None:
-    """The part of the engine's TTFT that takes at least ``share`` of it, and its share."""
-    if not parts or not parts.get("engine_ttft_s"):
+    """The part of the engine's TTFT that takes at least ``share`` of it, and its share.
+
+    None where the parts do not fit inside the whole (queue and prefill times of other
+    requests than the TTFTs: a window shorter than a request)."""
+    if not parts or not parts.get("engine_ttft_s") or parts.get("consistent") is False:
         return None
     total = parts["engine_ttft_s"]
     for name in ("queue_s", "prefill_s"):
@@ -414,10 +417,38 @@ def ttft_dominant(parts: dict[str, Any] | None, share: float = 0.5) -> tuple[str
 # -- How much more load fits: the headroom figure --------------------------------
 
 HEADROOM_ASSUMES = (
-    "the same request mix (prompt and output lengths); each request's time unchanged until "
-    "the first limit; KV use, tensor work, engine CPU and tokens per step grow in proportion "
-    "to the sequences running"
+    "the same request mix (prompt and output lengths); KV use, engine CPU and tokens per step "
+    "grow in proportion to the sequences running; an engine step lengthens with the tensor "
+    "work it carries (its other time is per step), so each request's time grows with the load"
 )
+
+
+def compute_share(tensor: float | None, th: Thresholds) -> float | None:
+    """The share of the engine's time spent in work that grows with the batch.
+
+    Tensor-pipe activity against what it reads when compute alone fills the GPU: the rest
+    of a step (streaming the weights, launches, the host's part) is paid once per step,
+    however many sequences ride on it."""
+    if tensor is None or tensor <= 0.02:
+        return None
+    return min(tensor / th.headroom_tensor_max, 0.99)
+
+
+def compute_limit(share: float, th: Thresholds) -> float:
+    """The factor on running sequences at which compute becomes the limit.
+
+    With a step of fixed time a and per-sequence time b*n (share = b*n / (a + b*n) now),
+    throughput n / (a + b*n) gains less than g per doubling once b*n > a * (1 - g) / 2g:
+    the knee a sweep measures by the same rule."""
+    g = th.headroom_knee_gain
+    return (1.0 - g) / (2.0 * g) * (1.0 - share) / share
+
+
+def latency_growth(share: float | None, factor: float) -> float:
+    """How much longer each request takes with the running sequences ``factor`` times more."""
+    if share is None:
+        return 1.0
+    return (1.0 - share) + share * factor
 
 
 def headroom_estimate(
@@ -432,10 +463,12 @@ def headroom_estimate(
     """By how much the load can grow before the first limit, from one window.
 
     Each limit is the factor by which running sequences can grow before it binds: the
-    sequence cap (cap / running), the KV cache (kv_full / KV used), the tensor cores
-    (saturation / tensor active), the engine thread (a full core / its share) and the token
-    budget (budget / tokens per step, prefill-heavy only). The smallest is the first; the
-    concurrency and request rate there follow by Little's law.
+    sequence cap (cap / running), the KV cache (kv_full / KV used), compute (where a doubling
+    would gain under headroom_knee_gain, from the tensor cores' share of the step), the engine
+    thread (a full core / its share) and the token budget (budget / tokens per step,
+    prefill-heavy only). The smallest is the first; the concurrency there is the running
+    sequences times it, and the request rate by Little's law with each request's time grown
+    by the longer steps it rides on.
     """
     running = e.running_mean
     if not running or running <= 0:
@@ -446,9 +479,9 @@ def headroom_estimate(
     kv = e.kv_cache_usage_mean
     if kv is not None and kv > 0.01:
         limits["kv-cap"] = th.kv_full / kv
-    tensor = tensor_active_mean(gpus)
-    if tensor is not None and tensor > 0.02:
-        limits["compute"] = th.headroom_tensor_max / tensor
+    share = compute_share(tensor_active_mean(gpus), th)
+    if share is not None:
+        limits["compute"] = compute_limit(share, th)
     thread = engine_thread_ratio(host)
     busy = busy_fraction(gpus)
     if (
@@ -474,11 +507,13 @@ def headroom_estimate(
     limit = min(limits, key=lambda k: limits[k])
     factor = max(1.0, limits[limit])
     rate = lit.throughput_rps
+    growth = latency_growth(share, factor)
     return {
         "factor": round(factor, 3),
         "limit": limit,
         "concurrency_at_limit": round(running * factor, 2),
-        "rate_at_limit_rps": None if rate is None else round(rate * factor, 4),
+        "rate_at_limit_rps": None if rate is None else round(rate * factor / growth, 4),
+        "latency_growth": round(growth, 3),
         "limits": {k: round(max(1.0, v), 3) for k, v in sorted(limits.items())},
         "assumes": HEADROOM_ASSUMES,
     }

@@ -164,6 +164,14 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     conf = 0.9 if not guessed else 0.8
     if e.waiting_capacity_mean:
         conf += 0.05  # vLLM says the waiting wait for capacity
+    ttft_note = ""
+    dom = fig.ttft_dominant(fig.ttft_parts(e), th.ttft_part_dominant)
+    queue_share = dom[1] if dom is not None and dom[0] == "queue" else None
+    if queue_share is not None:
+        # The wait the user feels is the cap's doing: first tokens come late because
+        # requests wait for a slot, not because prefill is slow.
+        conf = min(conf + 0.05, 0.95)
+        ttft_note = f"; {pct(queue_share)} of the time to first token is the wait for a slot"
     missing: list[str] = []
     compute_sat = fig.compute_saturated(ctx.gpus, th)
     notes = []
@@ -191,6 +199,8 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     ]
     if e.waiting_capacity_mean is not None:
         evidence.append(ev("waiting_capacity_mean", e.waiting_capacity_mean))
+    if queue_share is not None:
+        evidence.append(ev("ttft_queue_share", queue_share, th.ttft_part_dominant, ">=", "ratio"))
     evidence += ctx.gpu_evidence() if ctx.has_gpu else []
     how = cap_words(cap)
     waiting = num(e.waiting_mean or 0)
@@ -201,7 +211,7 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
     )
     summary = (
         f"Sequence cap: running sits at {cap.value} ({how}) while {waiting} requests wait"
-        f"{'; ' + '; '.join(notes) if notes else ''}."
+        f"{ttft_note}{'; ' + '; '.join(notes) if notes else ''}."
     )
     return make_verdict("seq-cap", conf, engine_scope(e), evidence, fix, summary, missing)
 
@@ -221,6 +231,13 @@ def token_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
     conf = 0.85 if not budget.inferred else 0.6
     if not prefill_heavy:
         conf -= 0.15
+    dom = fig.ttft_dominant(fig.ttft_parts(e), th.ttft_part_dominant)
+    prefill_part = dom[1] if dom is not None and dom[0] == "prefill" and prefill_heavy else None
+    ttft_note = ""
+    if prefill_part is not None:
+        # Prompts chunked over full steps: the first token waits for the last chunk.
+        conf = min(conf + 0.05, 0.9)
+        ttft_note = f"; prefill is {pct(prefill_part)} of the time to first token"
     saturated_note = ""
     if fig.compute_saturated(ctx.gpus, th):
         # Full steps on busy tensor cores: a bigger budget would not make them faster.
@@ -238,6 +255,10 @@ def token_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
         ev("iteration_tokens_mean", e.iteration_tokens_mean, unit="tokens"),
         ev("waiting_mean", e.waiting_mean),
     ]
+    if prefill_part is not None:
+        evidence.append(
+            ev("ttft_prefill_share", prefill_part, th.ttft_part_dominant, ">=", "ratio")
+        )
     how = {
         "inferred": "inferred from the iteration-tokens histogram",
         "reported": "as the engine reports it",
@@ -250,6 +271,6 @@ def token_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
         fix += f"; prompts are {pct(budget.prefill_share or 0)} of tokens"
     summary = (
         f"Token budget: {pct(budget.pinned_share)} of engine steps are at the budget of "
-        f"{budget.value} tokens ({how}){saturated_note}."
+        f"{budget.value} tokens ({how}){ttft_note}{saturated_note}."
     )
     return make_verdict("token-cap", conf, engine_scope(e), evidence, fix, summary)

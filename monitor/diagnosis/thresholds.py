@@ -55,6 +55,13 @@ class Thresholds:
     # The headroom figure: the tensor-pipe activity taken as compute's ceiling (a bf16
     # matmul loop on the H200 read 0.93-0.94: nothing real reaches 1.0).
     headroom_tensor_max: float = 0.9
+    # ... and puts compute's limit where one more doubling of the load would gain less than
+    # this share of throughput: the rule a sweep's knee follows by default, so the estimate
+    # and the sweep it is checked against name the same point.
+    headroom_knee_gain: float = 0.1
+    # A part of the engine's time to first token (queueing, prefill) at or above this share
+    # of it dominates: evidence for the cap that makes it (seq-cap, token-cap).
+    ttft_part_dominant: float = 0.5
     # ... and counts the engine thread as a limit from this share of a core on (much of a
     # step's CPU is per step, not per sequence: the simulator's loop read 0.24 at 1 stream).
     headroom_cpu_min: float = 0.5

@@ -20,7 +20,15 @@ from monitor.samples import (
     Snapshot,
     ThreadCpu,
 )
-from monitor.window import E2E, ITERATION_TOKENS, QUEUE, WindowStats, compute_window
+from monitor.window import (
+    E2E,
+    ITERATION_TOKENS,
+    PREFILL,
+    QUEUE,
+    TTFT,
+    WindowStats,
+    compute_window,
+)
 
 E2E_BOUNDS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, float("inf"))
 ITER_BOUNDS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, float("inf"))
@@ -98,6 +106,8 @@ def engine_samples(
     rps: float = 0.0,
     e2e_s: float | None = None,
     queue_s: float | None = None,
+    ttft_s: float | None = None,
+    prefill_s: float | None = None,
     steps_per_s: float | None = None,
     tokens_per_step: float = 1.0,
     prompt_tps: float | None = None,
@@ -109,6 +119,7 @@ def engine_samples(
     reported_seqs: int | None = None,
 ) -> list[EngineSample]:
     e2e, queue, iters = HistAcc(E2E_BOUNDS), HistAcc(E2E_BOUNDS), HistAcc(ITER_BOUNDS)
+    ttft, prefill = HistAcc(E2E_BOUNDS), HistAcc(E2E_BOUNDS)
     out = []
     done = preempt = prompt = gen = flops = byts = 0.0
     for i in range(n):
@@ -123,6 +134,10 @@ def engine_samples(
                 e2e.observe(e2e_s, rps * dt)
             if queue_s is not None:
                 queue.observe(queue_s, rps * dt)
+            if ttft_s is not None:
+                ttft.observe(ttft_s, rps * dt)
+            if prefill_s is not None:
+                prefill.observe(prefill_s, rps * dt)
             if steps_per_s is not None:
                 iters.observe(tokens_per_step, steps_per_s * dt)
         hists = []
@@ -130,6 +145,10 @@ def engine_samples(
             hists.append((E2E, e2e.freeze()))
         if queue_s is not None:
             hists.append((QUEUE, queue.freeze()))
+        if ttft_s is not None:
+            hists.append((TTFT, ttft.freeze()))
+        if prefill_s is not None:
+            hists.append((PREFILL, prefill.freeze()))
         if steps_per_s is not None:
             hists.append((ITERATION_TOKENS, iters.freeze()))
         out.append(

@@ -3,7 +3,10 @@
 It streams ``max_tokens`` tokens, the first after ``--ttft`` seconds and then one
 every ``--itl`` seconds, admits at most ``--cap`` requests at once (the rest
 wait, as a scheduler's sequence cap makes them), and serves vLLM-style
-``/metrics`` gauges for running and waiting. ``--mode`` breaks it on purpose.
+``/metrics`` gauges for running and waiting and the engine's TTFT histogram.
+``--gateway-delay`` holds each request that long before the engine sees it (a proxy in
+front of the engine: the client's TTFT includes it, the engine's does not). ``--mode``
+breaks it on purpose.
 """
 
 from __future__ import annotations
@@ -17,13 +20,22 @@ import time
 
 from aiohttp import web
 
+TTFT_BOUNDS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
+
 
 def build_app(
-    ttft: float, itl: float, cap: int, model: str, mode: str, fail_above: int | None = None
+    ttft: float,
+    itl: float,
+    cap: int,
+    model: str,
+    mode: str,
+    fail_above: int | None = None,
+    gateway_delay: float = 0.0,
 ) -> web.Application:
     sem = asyncio.Semaphore(cap)
     ids = itertools.count()
     state = {"running": 0, "waiting": 0, "success": 0, "gen": 0}
+    ttfts: list[float] = []
 
     async def models(_req: web.Request) -> web.Response:
         if mode == "not-openai":
@@ -38,6 +50,13 @@ def build_app(
             f"vllm:request_success_total{lab} {state['success']}\n"
             f"vllm:generation_tokens_total{lab} {state['gen']}\n"
         )
+        if ttfts:
+            name = "vllm:time_to_first_token_seconds"
+            for le in TTFT_BOUNDS:
+                n = sum(1 for t in ttfts if t <= le)
+                text += f'{name}_bucket{{engine="0",le="{le}",model_name="{model}"}} {n}\n'
+            text += f'{name}_bucket{{engine="0",le="+Inf",model_name="{model}"}} {len(ttfts)}\n'
+            text += f"{name}_sum{lab} {sum(ttfts)}\n{name}_count{lab} {len(ttfts)}\n"
         return web.Response(text=text, content_type="text/plain")
 
     async def complete(req: web.Request) -> web.StreamResponse:
@@ -51,6 +70,9 @@ def build_app(
             return web.json_response({"error": {"message": "boom"}}, status=500)
         chat = req.path.endswith("/chat/completions")
         n = int(body.get("max_tokens", 16))
+        if gateway_delay:
+            await asyncio.sleep(gateway_delay)
+        arrived = time.monotonic()
         state["waiting"] += 1
         await sem.acquire()
         state["waiting"] -= 1
@@ -70,6 +92,8 @@ def build_app(
                 else:
                     chunk = {"id": rid, "choices": [{"index": 0, "text": f" t{i}"}]}
                 await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                if i == 0:
+                    ttfts.append(time.monotonic() - arrived)
                 state["gen"] += 1
             opts = body.get("stream_options") or {}
             if opts.get("include_usage"):
@@ -92,7 +116,9 @@ def build_app(
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    app = build_app(args.ttft, args.itl, args.cap, args.model, args.mode, args.fail_above)
+    app = build_app(
+        args.ttft, args.itl, args.cap, args.model, args.mode, args.fail_above, args.gateway_delay
+    )
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", args.port)
@@ -110,6 +136,7 @@ def main() -> None:
     ap.add_argument("--cap", type=int, default=1000)
     ap.add_argument("--model", default="fake-model")
     ap.add_argument("--fail-above", type=int, help="answer HTTP 500 when this many are already in")
+    ap.add_argument("--gateway-delay", type=float, default=0.0)
     ap.add_argument("--mode", default="ok", choices=("ok", "fail", "not-openai"))
     args = ap.parse_args()
     try:

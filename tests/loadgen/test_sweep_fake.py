@@ -69,10 +69,17 @@ def test_closed_sweep_finds_the_cap_and_writes_every_output(fake_server, tmp_pat
     rows = list(csv.DictReader((out / "steps.csv").read_text().splitlines()))
     assert sorted({int(r["concurrency"]) for r in rows}) == [1, 2, 4, 8]
     assert sum(s["littles_law_ok"] is True for s in steps) >= 3
-    for name in ("throughput.png", "latency.png", "latency_vs_throughput.png", "engine.png"):
+    pngs = (
+        "throughput.png",
+        "latency.png",
+        "latency_vs_throughput.png",
+        "engine.png",
+        "ttft_parts.png",
+    )
+    for name in pngs:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and "Saturation" in html
+    assert html.count("data:image/png;base64,") == len(pngs) and "Saturation" in html
     raw = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert any(r.get("k") == "r" and r["itl"] for r in raw)  # raw records kept
     done = [r for r in raw if r.get("k") == "r" and r["err"] is None]
@@ -114,6 +121,25 @@ def test_open_loop_measures_rate_and_scheduling_lag(fake_server, tmp_path, capsy
         assert s["ttft_sched_p50_s"] - s["ttft_p50_s"] <= s["sched_lag_max_s"] + 1e-6
         assert s["e2e_sched_p99_s"] >= s["e2e_p50_s"]
     assert json.loads((out / "sweep.json").read_text())["config"]["mode"] == "open"
+
+
+def test_time_to_first_token_outside_the_engine_is_named(fake_server, tmp_path, capsys) -> None:
+    # A proxy holds each request 0.3 s before the engine sees it; the engine answers its first
+    # token in 0.02 s. The client's TTFT is mostly outside the engine, and the step says where.
+    url = fake_server("--ttft", "0.02", "--itl", "0.005", "--gateway-delay", "0.3")
+    out = tmp_path / "gw"
+    rc = main(["sweep", "--target", url, "--concurrency", "2", *QUICK[:-1], "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    (step,) = _effective(_steps(out))
+    parts = step["ttft_parts"]
+    assert parts["engine_ttft_s"] < 0.1
+    assert parts["outside_s"] == pytest.approx(0.3, abs=0.1)
+    # The parts add up to what the client saw.
+    assert parts["engine_ttft_s"] + parts["outside_s"] == pytest.approx(
+        parts["client_ttft_p50_s"], rel=0.1
+    )
+    assert "outside the engine" in parts["outside_note"] and "gateway" in parts["outside_note"]
+    assert "outside the engine" in capsys.readouterr().err
 
 
 def _closed_port() -> int:
