@@ -35,7 +35,7 @@ _RUNTIMES: tuple[tuple[str, re.Pattern[str]], ...] = (
 # cgroupfs driver under Kubernetes: /kubepods[/qos]/pod<uid>/<id>; the runtime is not named.
 _KUBE_CGROUPFS = re.compile(rf"/kubepods(?:/[a-z]+)?/pod[0-9a-f-]+/({_ID})(?:/|$)")
 _POD_UID = re.compile(
-    r"kubepods[^/]*?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+    r"kubepods\S*?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
 )
 
 SHORT_ID = 12  # what `docker ps` and `crictl ps` show, and accept
