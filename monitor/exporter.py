@@ -29,7 +29,7 @@ from monitor.gpu_sharing import sharing
 from monitor.report import engine_scope, gpu_scope
 from monitor.samples import Snapshot
 from monitor.scopes import gpu_label
-from monitor.window import WindowStats
+from monitor.window import GpuWindow, WindowStats
 
 GPU_LABELS = ("gpu", "uuid", "model", "source")
 # Per container, not per PID: PIDs change on every restart and would churn series.
@@ -252,7 +252,7 @@ _OWNER_DOC = (
 
 def _processes(
     window: WindowStats,
-    g: Any,
+    g: GpuWindow,
     labels: list[str],
     by_owner: Mapping[str, GaugeMetricFamily],
     containers: Mapping[str, GaugeMetricFamily],

@@ -28,7 +28,8 @@ every ``processes_every_s`` seconds, not every tick: the list changes when a
 process starts or stops, and each PID is looked up (user, command, container)
 through ``monitor.sources.gpu_processes``. Between reads a sample carries the
 last list. MIG instances list their own processes; the driver keeps no
-per-process utilisation for them, so their ``sm_share`` is None.
+per-process utilisation for them, so their ``sm_share`` is None; a GPU
+split into instances lists none itself (its instances' lists would count twice).
 
 Where util comes from: a point read (``nvmlDeviceGetUtilizationRates``) reports
 only the driver's last sample period (200 ms on an H200), so under bursty work
@@ -157,6 +158,7 @@ class _Device:
     pcie_link_width: int | None = None
     # The process list: the next read's due time, the newest per-process sample seen (us).
     procs_due: float = -float("inf")
+    has_migs: bool = False  # split into MIG instances: they list their own processes
     proc_ts: int = 0
     last_procs: tuple[GpuProcess, ...] | None = None
 
@@ -259,7 +261,9 @@ class NvmlSource:
                     f"GPU {i} ({dev.name}): driver utilisation samples unsupported; "
                     + (how or "util unavailable")
                 )
-            devices.extend(self._probe_mig(dev))
+            migs = self._probe_mig(dev)
+            dev.has_migs = bool(migs)
+            devices.extend(migs)
         self.notes = tuple(notes)
         return devices
 
@@ -546,7 +550,9 @@ class NvmlSource:
             pcie_link_width=dev.pcie_link_width,
             driver_util=driver_util,
             mig_instance=dev.gpu_instance_id if dev.mig_parent is not None else None,
-            processes=self._read_processes(dev) if self._procs_every_s > 0 else None,
+            processes=(
+                self._read_processes(dev) if self._procs_every_s > 0 and not dev.has_migs else None
+            ),
             **values,
         )
 

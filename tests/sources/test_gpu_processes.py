@@ -132,6 +132,7 @@ def test_mig_instances_list_their_own_processes_and_carry_their_instance_id() ->
     gpus = src.read().gpus
     assert [(g.mig_parent, g.mig_instance) for g in gpus] == [(None, None), (0, 1), (0, 3)]
     assert [[p.pid for p in g.processes] for g in gpus[1:]] == [[11], [22]]
+    assert gpus[0].processes is None  # the split GPU: its instances' lists would count twice
     assert gpus[1].processes[0].sm_share is None
 
 
