@@ -334,6 +334,40 @@ def overview() -> dict[str, Any]:
         w=8,
         h=7,
     )
+    lay.add(
+        timeseries(
+            "GPU memory by container",
+            targets(
+                (
+                    f"headroom_gpu_container_memory_bytes{{{IG}}}",
+                    "GPU {{gpu}} {{namespace}}/{{pod}} {{container}}",
+                )
+            ),
+            unit="bytes",
+            description=(
+                "GPU memory held by each container's processes (an empty container: processes "
+                "on the host). Under Kubernetes, pod and namespace name it."
+            ),
+        ),
+        w=12,
+        h=8,
+    )
+    lay.add(
+        timeseries(
+            "SM time: the engine's processes vs others",
+            targets(
+                (f"headroom_gpu_process_sm_share_ratio{{{IG}}}", "GPU {{gpu}} {{owner}}"),
+            ),
+            unit="percentunit",
+            max_=1,
+            description=(
+                "Each owner's share of the GPU's time with kernels on the SMs (NVML's "
+                "per-process samples). Others beside the engine: the contended cause."
+            ),
+        ),
+        w=12,
+        h=8,
+    )
 
     lay.row("Engine")
     lay.add(

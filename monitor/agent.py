@@ -416,6 +416,7 @@ def build_agent_sources(config: AgentConfig) -> tuple[list[Source], list[str]]:
         dcgm=config.dcgm,
         gpm=config.gpm,
         gpu_util_every_s=config.gpu_util_every,
+        gpu_processes_every_s=config.gpu_processes_every,
         host=config.host,
         host_pids=config.pids,
         timeout=config.timeout,

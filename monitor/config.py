@@ -57,6 +57,9 @@ class AgentConfig(BaseModel):
     # Seconds over which NVML's GPM duty cycle (GRAPHICS_UTIL, ~1.8 ms of driver CPU a
     # call on an H200) is computed; 0 = every tick. Keeps the agent under 0.5% of a core.
     gpu_util_every: float = 5.0
+    # Seconds between reads of the processes on each GPU (NVML's lists and per-process
+    # samples, then user, command and container for each new PID); 0 = never.
+    gpu_processes_every: float = 5.0
     dcgm: bool = False
     host: bool = True
     pids: tuple[int, ...] = ()
@@ -92,6 +95,13 @@ class AgentConfig(BaseModel):
     def _rate(cls, v: int) -> int:
         if not 1 <= v <= 1000:
             raise ValueError("must be 1-1000 samples a second")
+        return v
+
+    @field_validator("gpu_processes_every")
+    @classmethod
+    def _processes_every(cls, v: float) -> float:
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError("must be >= 0 (0 = never)")
         return v
 
     @field_validator("gpu_util_every")

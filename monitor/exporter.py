@@ -25,11 +25,15 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from monitor.diagnosis.verdict import CAUSES, Verdict
+from monitor.gpu_sharing import sharing
 from monitor.report import engine_scope, gpu_scope
 from monitor.samples import Snapshot
-from monitor.window import WindowStats
+from monitor.scopes import gpu_label
+from monitor.window import GpuWindow, WindowStats
 
 GPU_LABELS = ("gpu", "uuid", "model", "source")
+# Per container, not per PID: PIDs change on every restart and would churn series.
+CONTAINER_LABELS = ("gpu", "container", "pod", "namespace")
 ENGINE_LABELS = ("url", "model_name", "engine")
 DIAG_LABELS = ("cause", "scope")
 
@@ -203,14 +207,87 @@ class GpuCollector(_ViewCollector):
             "1 for each clock-throttle reason active during the window.",
             labels=(*GPU_LABELS, "reason"),
         )
+        by_owner = {
+            name: GaugeMetricFamily(name, doc, labels=(*GPU_LABELS, "owner"))
+            for name, doc in (
+                ("headroom_gpu_processes", _OWNER_DOC + " Processes on the GPU."),
+                ("headroom_gpu_process_memory_bytes", _OWNER_DOC + " Their GPU memory."),
+                (
+                    "headroom_gpu_process_sm_share_ratio",
+                    _OWNER_DOC + " Their share of the time with kernels on the SMs.",
+                ),
+            )
+        }
+        containers = {
+            name: GaugeMetricFamily(name, doc, labels=CONTAINER_LABELS)
+            for name, doc in (
+                (
+                    "headroom_gpu_container_memory_bytes",
+                    'GPU memory held by a container\'s processes (container "": host '
+                    "processes; pod and namespace under Kubernetes).",
+                ),
+                (
+                    "headroom_gpu_container_sm_share_ratio",
+                    "A container's processes' share of the GPU's time with kernels on the SMs.",
+                ),
+            )
+        }
         for g in window.gpus:
-            labels = [str(g.index), g.uuid, g.name, g.source]
+            labels = [gpu_label(g), g.uuid, g.name, g.source]
             _fill(families, GPU_GAUGES, g, labels)
             for reason in g.throttle_reasons or ():
                 throttle.add_metric([*labels, reason], 1.0)
+            _processes(window, g, labels, by_owner, containers)
         yield from (f for f in families.values() if f.samples)
         if throttle.samples:
             yield throttle
+        yield from (f for f in (*by_owner.values(), *containers.values()) if f.samples)
+
+
+_OWNER_DOC = (
+    "By owner: engine (the watched engine's process tree), other, or unseen (a PID NVML "
+    "names that headroom cannot see from its PID namespace)."
+)
+
+
+def _processes(
+    window: WindowStats,
+    g: GpuWindow,
+    labels: list[str],
+    by_owner: Mapping[str, GaugeMetricFamily],
+    containers: Mapping[str, GaugeMetricFamily],
+) -> None:
+    share = sharing(g, window)
+    if share is None:
+        return
+    for owner, procs in (
+        ("engine", share.engine),
+        ("other", share.other),
+        ("unseen", share.unseen),
+    ):
+        row = [*labels, owner]
+        by_owner["headroom_gpu_processes"].add_metric(row, float(len(procs)))
+        mem = [p.memory_bytes for p in procs]
+        if procs and all(m is not None for m in mem):
+            by_owner["headroom_gpu_process_memory_bytes"].add_metric(row, float(sum(mem)))  # type: ignore[arg-type]
+        sm = [p.sm_share for p in procs]
+        if procs and all(s is not None for s in sm):
+            by_owner["headroom_gpu_process_sm_share_ratio"].add_metric(row, float(sum(sm)))  # type: ignore[arg-type]
+    # Visible processes only: an unseen PID's container cannot be read.
+    acc: dict[tuple[str, str, str], list[float | None]] = {}
+    for p in (*share.engine, *share.other):
+        if not p.visible:
+            continue
+        key = (p.container or "", p.pod or "", p.namespace or "")
+        a = acc.setdefault(key, [0.0, 0.0])
+        a[0] = None if a[0] is None or p.memory_bytes is None else a[0] + p.memory_bytes
+        a[1] = None if a[1] is None or p.sm_share is None else a[1] + p.sm_share
+    for (container, pod, namespace), (mem_sum, sm_sum) in acc.items():
+        row = [labels[0], container, pod, namespace]
+        if mem_sum is not None:
+            containers["headroom_gpu_container_memory_bytes"].add_metric(row, mem_sum)
+        if sm_sum is not None:
+            containers["headroom_gpu_container_sm_share_ratio"].add_metric(row, sm_sum)
 
 
 class EngineCollector(_ViewCollector):

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from monitor.errors import ConfigError
 from monitor.samples import (
     EngineSample,
+    GpuProcess,
     GpuSample,
     Histogram,
     HostSample,
@@ -68,6 +69,12 @@ def _gpu_to_dict(g: GpuSample) -> dict[str, Any]:
             d[name] = list(value) if value is not None else None
         elif name == "labels":
             d[name] = [list(p) for p in value]
+        elif name == "processes":
+            d[name] = (
+                None
+                if value is None
+                else [{k: getattr(p, k) for k in GpuProcess.__slots__} for p in value]
+            )
         elif isinstance(value, float):
             d[name] = _num(value)
         else:
@@ -85,6 +92,15 @@ def _gpu_from_dict(d: Mapping[str, Any]) -> GpuSample:
             kw[name] = tuple(value) if value is not None else None
         elif name == "labels":
             kw[name] = _pairs(value)
+        elif name == "processes":
+            kw[name] = (
+                None
+                if value is None
+                else tuple(
+                    GpuProcess(**{k: v for k, v in p.items() if k in GpuProcess.__slots__})
+                    for p in value
+                )
+            )
         elif isinstance(value, str) and name not in ("uuid", "name", "source"):
             kw[name] = _float(value)
         else:

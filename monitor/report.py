@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from monitor.gpu_sharing import hidden_pids_note, processes_json
 from monitor.scopes import engine_scope, gpu_scope
 from monitor.window import EngineWindow, GpuWindow, HostWindow, WindowStats
 
@@ -50,6 +51,8 @@ def gpu_json(g: GpuWindow) -> dict[str, Any]:
         "nvlink_tx_bytes_per_s": _r(g.nvlink_tx_bytes_per_s, 0),
         "nvlink_rx_bytes_per_s": _r(g.nvlink_rx_bytes_per_s, 0),
         "mig_parent": g.mig_parent,
+        "mig_instance": g.mig_instance,
+        "scope": gpu_scope(g),
         "labels": dict(g.labels),
         "pcie_peak_bytes_per_s": _r(g.pcie_peak_bytes_per_s, 0),
         "driver_util": _r(g.driver_util),
@@ -189,7 +192,7 @@ def build_report(
         "time": window.wall_end,
         "window_s": round(window.duration_s, 3),
         "samples": window.samples,
-        "gpus": [gpu_json(g) for g in window.gpus],
+        "gpus": [{**gpu_json(g), "processes": processes_json(g, window)} for g in window.gpus],
         "engines": engines,
         "engines_total": engines_total(window.engines),
         "host": host_json(window.host) if window.host is not None else None,
@@ -197,11 +200,43 @@ def build_report(
         "errors": [
             {"source": e.source, "target": e.target, "message": e.message} for e in window.errors
         ],
-        "notes": list(notes),
+        "notes": list(notes) + [n for n in (hidden_pids_note(window),) if n],
         "box": dict((analyses or {}).get("box", {})),
         "cpu_profile": profile,
         "verdicts": [v.to_json() for v in verdicts],
     }
+
+
+def process_rows(g: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """One GPU's processes as table cells: pid, user, memory, SM, engine, container/pod, command."""
+    rows = []
+    for p in g.get("processes") or ():
+        mem = "-" if p["memory_bytes"] is None else f"{p['memory_bytes'] / 2**30:.1f} GiB"
+        sm = "-" if p["sm_share"] is None else f"{100 * p['sm_share']:.0f}%"
+        who = p["engine"]
+        who = "not visible" if who is None else "engine" if who != "other" else "other"
+        where = p["container"] or "-"
+        if p.get("pod"):
+            where = f"{p['namespace']}/{p['pod']}"
+        elif p.get("pod_uid"):
+            where = f"pod {p['pod_uid'][:8]}"
+        command = p["command"] or ("(another PID namespace)" if not p["visible"] else "-")
+        rows.append((str(p["pid"]), p["user"] or "-", mem, sm, who, where, command))
+    return rows
+
+
+def process_lines(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not any(g.get("processes") for g in gpus):
+        return []
+    out = ["", "GPU   pid      user       memory     SM  owner        container/pod   command"]
+    for g in gpus:
+        for pid, user, mem, sm, who, where, cmd in process_rows(g):
+            gpu = g.get("scope", f"gpu:{g['index']}").removeprefix("gpu:")
+            out.append(
+                f"{gpu:<5} {pid:<8} {user[:10]:<10} {mem:>9} {sm:>4}  {who:<12} "
+                f"{where[:15]:<15} {cmd[:60]}"
+            )
+    return out
 
 
 def _fmt_ratio(v: Any) -> str:
@@ -232,6 +267,7 @@ def render_text(report: Mapping[str, Any]) -> str:
                 f"{_fmt_ratio(g['sm_occupancy'])} {_fmt_ratio(g['tensor_active'])} {_fmt_ratio(g['dram_active'])} "
                 f"{_fmt(g['power_watts'], '6.0f', ' W')}  {mem}"
             )
+        lines += process_lines(gpus)
     else:
         lines.append("GPUs: none read")
     lines.append("")

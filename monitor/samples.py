@@ -20,6 +20,33 @@ GpuSourceKind = Literal["nvml", "dcgm", "dcgm-exporter"]
 
 
 @dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One process holding a GPU (or MIG instance), as NVML lists it, with who it is.
+
+    ``visible`` is False when NVML names a PID this headroom cannot see: it runs in a
+    container without the host's PID namespace, and NVML answers with host PIDs. Then
+    only the PID and its memory are known.
+    """
+
+    pid: int
+    memory_bytes: int | None = None
+    # The process's share of the GPU's time with its kernels on the SMs, and with its
+    # memory reads or writes, from NVML's per-process samples since the previous read.
+    sm_share: float | None = None
+    mem_share: float | None = None
+    user: str | None = None
+    command: str | None = None
+    # From /proc/PID/cgroup: the container's id (12 hex digits, as docker and crictl show
+    # it), its runtime, and under Kubernetes the pod's UID, name and namespace.
+    container: str | None = None
+    runtime: str | None = None
+    pod_uid: str | None = None
+    pod: str | None = None
+    namespace: str | None = None
+    visible: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU (or MIG instance) over one tick. Ratios are 0-1."""
 
@@ -60,6 +87,11 @@ class GpuSample:
     driver_util: float | None = None
     # MIG: the parent GPU's index when this is a MIG instance.
     mig_parent: int | None = None
+    # MIG: the GPU instance id (what nvidia-smi shows as GI ID): the scope is gpu:P/mig:GI.
+    mig_instance: int | None = None
+    # The processes holding this device, as of the latest process read (read every few
+    # seconds, not every tick); None when not read or not supported.
+    processes: tuple[GpuProcess, ...] | None = None
     # Extra labels kept from the source (dcgm-exporter's pod, namespace, ...).
     labels: tuple[tuple[str, str], ...] = ()
 

@@ -13,7 +13,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot, SourceError
+from monitor.samples import (
+    EngineSample,
+    GpuProcess,
+    GpuSample,
+    Histogram,
+    HostSample,
+    Snapshot,
+    SourceError,
+)
 
 # Canonical histogram names (see monitor.sources.metric_names).
 TTFT = "time_to_first_token_seconds"
@@ -148,6 +156,9 @@ class GpuWindow:
     pcie_link_gen: int | None = None
     pcie_link_width: int | None = None
     driver_util: float | None = None
+    mig_instance: int | None = None
+    # The latest process list read in the window (None: not read).
+    processes: tuple[GpuProcess, ...] | None = None
 
     @property
     def pcie_peak_bytes_per_s(self) -> float | None:
@@ -205,6 +216,8 @@ def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
         samples=len(samples),
         pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
         pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
+        mig_instance=last.mig_instance,
+        processes=next((s.processes for s in reversed(samples) if s.processes is not None), None),
         **means,
     )
 

@@ -25,10 +25,11 @@ from monitor.diagnosis.gpu_rules import launch_bound, saturated, transfer_bound
 from monitor.diagnosis.idle_rules import box_idle, engine_idle, gpu_idle, idle_gpus
 from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict
 from monitor.diagnosis.scheduler_rules import kv_cap, seq_cap, starved, token_cap
+from monitor.diagnosis.sharing_rules import contended, with_sharing_evidence
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
 from monitor.profiling.handoff import gpu_next_steps
-from monitor.report import engine_scope
+from monitor.report import engine_scope, gpu_scope
 from monitor.window import WindowStats
 
 
@@ -52,6 +53,7 @@ _RANK = {
     "launch-bound": 5,
     "small-kernels": 5,
     "transfer-bound": 5,
+    "contended": 5,
     "cpu-bound": 6,
     "starved": 7,
     "comm-bound": 8,
@@ -246,13 +248,16 @@ def diagnose(
         comm = comm_bound(ctx)
         # The ranks' low SM share is the collectives' doing: launch-bound or memory-bound
         # on those GPUs would name a symptom of comm-bound, so comm-bound speaks for them.
-        waiting_on_links = set() if comm is None else {g.index for g in busy_gpus(ctx)}
+        waiting_on_links = set() if comm is None else {gpu_scope(g) for g in busy_gpus(ctx)}
         if comm is not None:
             verdicts.append(comm)
+        # A GPU split into MIG instances is judged per instance: the whole GPU's figures
+        # mix the instances' work.
+        split = {g.mig_parent for g in window.gpus if g.mig_parent is not None}
         for g in window.gpus:
-            if g.index in waiting_on_links:
+            if gpu_scope(g) in waiting_on_links or (g.mig_parent is None and g.index in split):
                 continue
-            for check in (transfer_bound, launch_bound, saturated):
+            for check in (contended, transfer_bound, launch_bound, saturated):
                 v = check(ctx, g)
                 if v is not None:
                     verdicts.append(v)
@@ -273,7 +278,7 @@ def diagnose(
         for e in window.engines
     }
     analyses["box"] = _box_analysis(ctx)
-    verdicts = [_hand_off(ctx, v) for v in verdicts]
+    verdicts = [_hand_off(ctx, v) for v in with_sharing_evidence(ctx, verdicts)]
     ordered = order(verdicts, thresholds)
     return Diagnosis(defer_to_lead(ordered) if reconcile else ordered, analyses)
 

@@ -6,6 +6,7 @@ from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict, pct
 from monitor.diagnosis.thresholds import Thresholds
 from monitor.diagnosis.verdict import Evidence, Verdict
 from monitor.report import gpu_scope
+from monitor.scopes import gpu_label
 from monitor.window import EngineWindow, GpuWindow
 
 
@@ -47,7 +48,7 @@ def box_idle(ctx: Context) -> Verdict | None:
             ev("requests_per_s", e.requests_per_s, th.idle_requests_per_s, "<", "req/s"),
         ]
     for g in w.gpus:
-        evidence.append(ev(f"gpu{g.index}_util", g.util, th.util_idle, "<", "ratio"))
+        evidence.append(ev(f"gpu{gpu_label(g)}_util", g.util, th.util_idle, "<", "ratio"))
     missing: list[str] = []
     conf = 0.95
     if not ctx.has_gpu:

@@ -52,6 +52,9 @@ class Thresholds:
     transfer_share_min: float = 0.5
     # ... while SM active stays below this (that loop: 0.024, one small kernel per copy).
     transfer_sm_max: float = 0.2
+    # Contended: processes outside the engine's tree take at least this share of the GPU's
+    # time with kernels on the SMs (NVML's per-process samples) while the engine holds it.
+    contended_sm_min: float = 0.1
     # The headroom figure: the tensor-pipe activity taken as compute's ceiling (a bf16
     # matmul loop on the H200 read 0.93-0.94: nothing real reaches 1.0).
     headroom_tensor_max: float = 0.9

@@ -18,6 +18,7 @@ Cause = Literal[
     "compute-bound",
     "memory-bound",
     "comm-bound",
+    "contended",
     "client-limited",
     "unknown",
 ]
@@ -25,7 +26,7 @@ Cause = Literal[
 CAUSES: tuple[Cause, ...] = (
     "idle", "starved", "seq-cap", "kv-cap", "token-cap", "cpu-bound", "launch-bound",
     "small-kernels", "transfer-bound", "compute-bound", "memory-bound", "comm-bound",
-    "client-limited", "unknown",
+    "contended", "client-limited", "unknown",
 )  # fmt: skip
 
 

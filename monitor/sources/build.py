@@ -31,6 +31,7 @@ def build_sources(
     dcgm: bool = False,
     gpm: bool = True,
     gpu_util_every_s: float = 0.0,
+    gpu_processes_every_s: float = 5.0,
     host: bool = True,
     host_pids: Sequence[int] = (),
     timeout: float = 2.0,
@@ -46,7 +47,11 @@ def build_sources(
         from monitor.sources.nvml import NvmlSource
 
         try:
-            src = NvmlSource(gpm=gpm, util_every_s=gpu_util_every_s)
+            src = NvmlSource(
+                gpm=gpm,
+                util_every_s=gpu_util_every_s,
+                processes_every_s=gpu_processes_every_s,
+            )
             sources.append(src)
             notes.extend(getattr(src, "notes", ()))
         except SourceUnavailable as exc:

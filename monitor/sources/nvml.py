@@ -20,6 +20,17 @@ What a user sees when something is missing:
 - A field one GPU does not support (a MIG instance has no power reading, some
   boards no temperature): ``None``, never 0, logged once, and not asked again.
 
+The processes on each GPU (``processes_every_s`` > 0): the compute and graphics
+process lists (PID, GPU memory) and the per-process SM and memory shares from
+``nvmlDeviceGetProcessUtilization`` (the driver's samples since the previous
+read; NOT_FOUND there means no process ran a kernel since). They are read once
+every ``processes_every_s`` seconds, not every tick: the list changes when a
+process starts or stops, and each PID is looked up (user, command, container)
+through ``monitor.sources.gpu_processes``. Between reads a sample carries the
+last list. MIG instances list their own processes; the driver keeps no
+per-process utilisation for them, so their ``sm_share`` is None; a GPU
+split into instances lists none itself (its instances' lists would count twice).
+
 Where util comes from: a point read (``nvmlDeviceGetUtilizationRates``) reports
 only the driver's last sample period (200 ms on an H200), so under bursty work
 it comes back 0 or 100 by luck (DESIGN.md, "Signals"). So:
@@ -52,8 +63,9 @@ from types import ModuleType
 from typing import Any
 
 from monitor.errors import ConfigError, SourceUnavailable
-from monitor.samples import GpuSample, SourceError
+from monitor.samples import GpuProcess, GpuSample, SourceError
 from monitor.sources.base import Reading
+from monitor.sources.gpu_processes import Identity, ProcessIdentities
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +156,11 @@ class _Device:
     gpm_request: Any = None  # the c_nvmlGpmMetricsGet_t reused every tick
     pcie_link_gen: int | None = None
     pcie_link_width: int | None = None
+    # The process list: the next read's due time, the newest per-process sample seen (us).
+    procs_due: float = -float("inf")
+    has_migs: bool = False  # split into MIG instances: they list their own processes
+    proc_ts: int = 0
+    last_procs: tuple[GpuProcess, ...] | None = None
 
 
 class NvmlSource:
@@ -159,9 +176,19 @@ class NvmlSource:
         nvml: ModuleType | Any | None = None,
         util_every_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        processes_every_s: float = 0.0,
+        identities: Callable[[int], Identity | None] | None = None,
     ) -> None:
         if util_every_s < 0:
             raise ConfigError("util_every_s must be >= 0")
+        if processes_every_s < 0:
+            raise ConfigError("processes_every_s must be >= 0")
+        self._procs_every_s = processes_every_s
+        self._identities: ProcessIdentities | None = None
+        if identities is None and processes_every_s > 0:
+            self._identities = ProcessIdentities()
+            identities = self._identities.identify
+        self._identify = identities
         # GRAPHICS_UTIL alone adds ~1.8 ms of driver CPU to a GPM call on an H200
         # (the other ten metrics cost ~15 us). With util_every_s > 0 it is computed
         # once per span of that length, over the whole span, so the duty cycle stays
@@ -234,7 +261,9 @@ class NvmlSource:
                     f"GPU {i} ({dev.name}): driver utilisation samples unsupported; "
                     + (how or "util unavailable")
                 )
-            devices.extend(self._probe_mig(dev))
+            migs = self._probe_mig(dev)
+            dev.has_migs = bool(migs)
+            devices.extend(migs)
         self.notes = tuple(notes)
         return devices
 
@@ -520,8 +549,94 @@ class NvmlSource:
             pcie_link_gen=dev.pcie_link_gen,
             pcie_link_width=dev.pcie_link_width,
             driver_util=driver_util,
+            mig_instance=dev.gpu_instance_id if dev.mig_parent is not None else None,
+            processes=(
+                self._read_processes(dev) if self._procs_every_s > 0 and not dev.has_migs else None
+            ),
             **values,
         )
+
+    def _read_processes(self, dev: _Device) -> tuple[GpuProcess, ...] | None:
+        """The processes on one device, read once per ``processes_every_s``; see the docstring."""
+        now = self._clock()
+        if now < dev.procs_due:
+            return dev.last_procs
+        dev.procs_due = now + self._procs_every_s
+        nv = self._nvml
+        memory: dict[int, int | None] = {}
+        listed = False
+        for fld, fn_name in (
+            ("compute_processes", "nvmlDeviceGetComputeRunningProcesses"),
+            ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses"),
+        ):
+            fn = getattr(nv, fn_name, None)
+            got = self._call(dev.key, fld, fn, dev.handle) if fn is not None else None
+            if got is None:
+                continue
+            listed = True
+            for p in got:
+                used = getattr(p, "usedGpuMemory", None)
+                used = int(used) if used is not None else None
+                prev = memory.get(int(p.pid))
+                # A process with both a compute and a graphics context: its memory once.
+                memory[int(p.pid)] = used if prev is None else max(prev, used or 0)
+        if not listed:
+            dev.last_procs = None
+            return None
+        shares = self._process_shares(dev)
+        out = []
+        for pid in sorted(memory):
+            sm, mem = shares.get(pid, (0.0, 0.0)) if shares is not None else (None, None)
+            ident = self._identify(pid) if self._identify is not None else None
+            out.append(
+                GpuProcess(
+                    pid=pid,
+                    memory_bytes=memory[pid],
+                    sm_share=sm,
+                    mem_share=mem,
+                    visible=ident is not None,
+                    user=ident.user if ident else None,
+                    command=ident.command if ident else None,
+                    container=ident.container if ident else None,
+                    runtime=ident.runtime if ident else None,
+                    pod_uid=ident.pod_uid if ident else None,
+                    pod=ident.pod if ident else None,
+                    namespace=ident.namespace if ident else None,
+                )
+            )
+        dev.last_procs = tuple(out)
+        if self._identities is not None and dev is self._devices[-1]:
+            listed_pids = {p.pid for d in self._devices for p in (d.last_procs or ())}
+            self._identities.keep_only(listed_pids)
+        return dev.last_procs
+
+    def _process_shares(self, dev: _Device) -> dict[int, tuple[float, float]] | None:
+        """PID -> (SM share, memory share), the mean of the driver's samples since the last
+        read. None: not supported here. A PID without a sample ran no kernel since."""
+        fld = "process_utilization"
+        fn = getattr(self._nvml, "nvmlDeviceGetProcessUtilization", None)
+        if fn is None or (dev.key, fld) in self._skip:
+            return None
+        try:
+            samples = fn(dev.handle, dev.proc_ts)
+        except self._nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == _NOT_FOUND:
+                return {}
+            self._failed(dev.key, fld, exc)
+            return None
+        acc: dict[int, list[float]] = {}
+        newest = dev.proc_ts
+        for s in samples:
+            ts = int(s.timeStamp)
+            if ts <= dev.proc_ts:
+                continue
+            newest = max(newest, ts)
+            a = acc.setdefault(int(s.pid), [0.0, 0.0, 0.0])
+            a[0] += float(s.smUtil)
+            a[1] += float(s.memUtil)
+            a[2] += 1
+        dev.proc_ts = newest
+        return {pid: (a[0] / a[2] / 100.0, a[1] / a[2] / 100.0) for pid, a in acc.items()}
 
     def _read_gpm(self, dev: _Device) -> dict[str, float | None]:
         """One GPM sample into the spare buffer, then every metric in one call; swap buffers."""

@@ -43,6 +43,7 @@ CAUSE_WORDS: dict[str, tuple[str, str]] = {
     "compute-bound": ("Saturated, compute-bound: tensor cores are busy", "compute-bound"),
     "memory-bound": ("Saturated, memory-bound: memory bandwidth is the limit", "memory-bound"),
     "comm-bound": ("Communication-bound: GPUs wait on each other", "comm-bound"),
+    "contended": ("Contended: another process takes SM time on the engine's GPU", "contended"),
     "client-limited": ("Client-limited: the load generator cannot keep up", "client-limited"),
     "unknown": ("No clear cause yet", "unknown"),
 }

@@ -14,7 +14,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
-from monitor.report import profile_lines
+from monitor.report import process_rows, profile_lines
 from monitor.tui import fmt
 from monitor.tui.sweep import SweepState, chart, load_of
 from monitor.tui.view import GPU_SOURCES, View
@@ -226,6 +226,31 @@ def _peak(values: list[float | None], *floor: float) -> float:
     return max([v for v in values if v is not None] + list(floor))
 
 
+def process_table(text: Text, g: Mapping[str, Any], width: int) -> None:
+    """The processes holding the GPU: the engine's first in bold, others plain, unseen dim."""
+    procs = g.get("processes")
+    if procs is None:
+        return
+    text.append("\nprocesses", style="bold")
+    text.append(
+        "  (read every few seconds; SM: share of the GPU's time with its kernels)\n", style="dim"
+    )
+    if not procs:
+        text.append("  none\n", style="dim")
+        return
+    head = ("pid", "user", "memory", "SM", "owner", "container/pod", "command")
+    widths = (8, 10, 9, 5, 11, 22)
+    rows = sorted(process_rows(g), key=lambda r: r[4] != "engine")
+    for i, row in enumerate((head, *rows)):
+        cells = [
+            f"{c[:w]:<{w}}" if j not in (2, 3) else f"{c:>{w}}"
+            for j, (c, w) in enumerate(zip(row, widths))
+        ]
+        line = "  " + " ".join(cells) + " " + row[6]
+        style = "bold" if i == 0 or row[4] == "engine" else "dim" if row[4] == "not visible" else ""
+        text.append(line[: max(20, width - 2)] + "\n", style=style)
+
+
 def _row(text: Text, label: str, value: str) -> None:
     text.append(f"{label:<25} ", style="bold")
     text.append(value + "\n")
@@ -328,6 +353,7 @@ class GpuDetailScreen(DetailScreen):
             _row(text, "MIG instance of GPU", str(g["mig_parent"]))
         for k, v in (g.get("labels") or {}).items():
             _row(text, k, str(v))
+        process_table(text, g, width)
         verdicts = [
             v
             for v in (view.report or {}).get("verdicts", ())

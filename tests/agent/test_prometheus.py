@@ -227,9 +227,10 @@ def test_every_dashboard_query_runs(stack: Stack) -> None:
         if not data["result"]:
             empty.append(f"{name}: {title}: {expr}")
     # Some panels need what this simulator run does not produce (preemptions, throttling,
-    # a roofline, source errors); all others must show data.
+    # a roofline, source errors, processes on a GPU); all others must show data.
     allowed = re.compile(
-        r"preempt|throttle|roofline|evidence_threshold|temperature|power_limit|consistent|source errors",
+        r"preempt|throttle|roofline|evidence_threshold|temperature|power_limit|consistent|source errors"
+        r"|container|process",
         re.I,
     )
     unexpected = [e for e in empty if not allowed.search(e)]

@@ -18,7 +18,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.diagnosis import Caps, diagnose
 from monitor.exporter import DiagnosisCollector, EngineCollector, GpuCollector, HostCollector
-from monitor.samples import EngineSample, GpuSample, HostSample, ProcessCpu, Snapshot, ThreadCpu
+from monitor.samples import (
+    EngineSample,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    ProcessCpu,
+    Snapshot,
+    ThreadCpu,
+)
 from monitor.window import WindowStats, compute_window
 
 PROM = REPO / "configs" / "prometheus"
@@ -33,6 +41,7 @@ ALERT_FOR_CAUSE = {
     "launch-bound": "LaunchBound",
     "small-kernels": "SmallKernels",
     "transfer-bound": "TransferBound",
+    "contended": "GpuContended",
 }
 
 pytestmark = pytest.mark.skipif(
@@ -103,6 +112,8 @@ class Scenario:
     caps: Caps = Caps()
     dram: float | None = None
     pcie_rx: float | None = None  # with a Gen5 x16 link
+    # (pid, SM share) of the GPU's processes; pid 100 is the engine's (with thread_cpu).
+    procs: tuple[tuple[int, float], ...] | None = None
 
 
 SCENARIOS = [
@@ -136,6 +147,16 @@ SCENARIOS = [
     Scenario("small-kernels", util=0.99, sm_active=0.285, tensor=0.01, dram=0.02),
     # The H200's pinned host-to-device loop: 53.5 GB/s of Gen5 x16's 63, SM active 2.4%.
     Scenario("transfer-bound", util=0.025, sm_active=0.024, tensor=0.0, dram=0.03, pcie_rx=53.5e9),
+    # The H200 under the engine's matmul and a rival's (bench/results/gpu_processes_h200.json).
+    Scenario(
+        "contended",
+        util=0.999,
+        sm_active=0.882,
+        tensor=0.812,
+        dram=0.168,
+        procs=((100, 0.36), (200, 0.64)),
+        thread_cpu=0.3,
+    ),
     # Saturated on compute: no alert of these five should fire.
     Scenario(
         "healthy",
@@ -161,7 +182,10 @@ def snapshots(s: Scenario, n: int = 11) -> list[Snapshot]:
                           dram_active=s.dram if s.dram is not None else (0.2 if s.tensor else None),
                           pcie_rx_bytes_per_s=s.pcie_rx, pcie_tx_bytes_per_s=0.0 if s.pcie_rx else None,
                           pcie_link_gen=5 if s.pcie_rx else None,
-                          pcie_link_width=16 if s.pcie_rx else None),
+                          pcie_link_width=16 if s.pcie_rx else None,
+                          processes=None if s.procs is None else tuple(
+                              GpuProcess(pid, memory_bytes=2**30, sm_share=sm)
+                              for pid, sm in s.procs)),
             )  # fmt: skip
         engines = ()
         if s.running is not None:

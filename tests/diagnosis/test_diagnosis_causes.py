@@ -10,6 +10,7 @@ from diag_windows import gpu, make_window
 
 from monitor.diagnosis import CAUSES, Caps, Thresholds, diagnose
 from monitor.diagnosis.verdict import Verdict
+from monitor.samples import GpuProcess
 
 IDLE_GPU = gpu(0.0, 0.0, 0.0, 0.0)
 LOW_GPU = gpu(0.3, 0.2, 0.1, 0.2)
@@ -27,6 +28,15 @@ H2D_GPU = gpu(
 # Light decode load as the simulator's starved box reads it: steps run back to back, each
 # streams the weights for a small batch: duty cycle ~100%, DRAM busy, tensor cores idle.
 LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
+# The H200 with the engine's matmul (pid 100, the host source's engine process) and a rival
+# matmul outside its tree: the driver's per-process samples split SM time 36/64.
+SHARED_GPU = dataclasses.replace(
+    COMPUTE_GPU,
+    processes=(
+        GpuProcess(pid=100, memory_bytes=2**30, sm_share=0.36),
+        GpuProcess(pid=200, memory_bytes=2**30, sm_share=0.64),
+    ),
+)
 
 # Light load: 10 of 64 slots, 1 req/s of 10 s requests.
 LIGHT = dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0)
@@ -40,6 +50,7 @@ TOKEN_PINNED = dict(running=6, waiting=4, steps_per_s=10, tokens_per_step=2048, 
 
 CASES: list[tuple[str, dict[str, Any], Caps, str, str]] = [
     ("idle-gpu-only", dict(gpus=[IDLE_GPU]), Caps(), "idle", "box"),
+    ("contended", dict(gpus=[SHARED_GPU], host={}), Caps(), "contended", "gpu:0"),
     ("idle-engine-and-gpu", dict(gpus=[IDLE_GPU], engine=dict(running=0)), Caps(), "idle", "box"),
     ("starved", dict(gpus=[LIGHT_GPU], engine=LIGHT), Caps(max_num_seqs=64), "starved", "engine:"),
     ("seq-cap-inferred", dict(gpus=[MID_GPU], engine=CAPPED), Caps(), "seq-cap", "engine:"),

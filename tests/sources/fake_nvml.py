@@ -65,6 +65,13 @@ class FakeGpu:
     mig_slots: int = 7
     migs: dict[int, FakeGpu] = field(default_factory=dict)  # slot -> instance
     gpu_instance_id: int | None = None
+    # Processes: PID -> GPU memory (compute contexts), and graphics contexts likewise.
+    compute_procs: dict[int, int] = field(default_factory=dict)
+    graphics_procs: dict[int, int] = field(default_factory=dict)
+    # PID -> (SM %, memory %) the driver samples for it every period while it runs kernels;
+    # a listed PID absent here runs none (the driver then keeps no sample for it).
+    proc_util: dict[int, tuple[int, int]] = field(default_factory=dict)
+    proc_util_supported: bool = True
     # Simulation state.
     samples: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     gpm_seq: int = 0
@@ -154,6 +161,10 @@ class FakeNvml:
                     ring = gpu.samples.setdefault(kind, [])
                     ring.append((t, pattern[(t // SAMPLE_PERIOD_US) % len(pattern)]))
                     del ring[:-100]  # the driver keeps a bounded history
+                for pid, (sm, mem) in gpu.proc_util.items():
+                    ring = gpu.samples.setdefault(-pid, [])
+                    ring.append((t, sm * 1000 + mem))
+                    del ring[:-100]
         self.now_us = end
 
     def _enter(self, fn: str, gpu: FakeGpu | None = None) -> None:
@@ -271,6 +282,37 @@ class FakeNvml:
             s.sampleValue.uiVal = v
             out.append(s)
         return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, out
+
+    # -- processes ------------------------------------------------------------------
+
+    def _procs(self, procs: dict[int, int]) -> list[SimpleNamespace]:
+        return [
+            SimpleNamespace(pid=pid, usedGpuMemory=mem, gpuInstanceId=0xFFFFFFFF)
+            for pid, mem in procs.items()
+        ]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses", h)
+        return self._procs(h.compute_procs)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:
+        self._enter("nvmlDeviceGetGraphicsRunningProcesses", h)
+        return self._procs(h.graphics_procs)
+
+    def nvmlDeviceGetProcessUtilization(self, h: FakeGpu, since: int) -> list[Any]:
+        self._enter("nvmlDeviceGetProcessUtilization", h)
+        if not h.proc_util_supported:
+            raise pynvml.NVMLError_NotSupported()
+        out = []
+        for pid in h.proc_util:
+            for t, v in h.samples.get(-pid, []):
+                if t > since:
+                    s = pynvml.c_nvmlProcessUtilizationSample_t()
+                    s.pid, s.timeStamp, s.smUtil, s.memUtil = pid, t, v // 1000, v % 1000
+                    out.append(s)
+        if not out:
+            raise pynvml.NVMLError_NotFound()  # no process ran a kernel since
+        return out
 
     # -- GPM ------------------------------------------------------------------------
 

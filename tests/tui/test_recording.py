@@ -17,7 +17,7 @@ from monitor.recording import (
     snapshot_from_dict,
     snapshot_to_dict,
 )
-from monitor.samples import EngineSample, GpuSample, Snapshot, SourceError
+from monitor.samples import EngineSample, GpuProcess, GpuSample, Snapshot, SourceError
 from monitor.tui.feeds import ReplayFeed
 
 
@@ -45,6 +45,22 @@ def test_round_trip_keeps_none_throttle_reasons_and_labels() -> None:
     back = snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(snap))))
     assert back == snap
     assert back.gpus[0].util is None
+
+
+def test_round_trip_keeps_the_gpu_processes_and_the_mig_instance() -> None:
+    procs = (
+        GpuProcess(529, 2**30, 0.36, 0.08, "root", "python workloads.py matmul"),
+        GpuProcess(530, 9 * 2**30, None, None, "1000", "python train.py", "3f4e5d6c7b8a",
+                   "containerd", "8c5b1a9e-3f1d-4c2a-9b7e-0d6f2a1b3c4d", "trainer-0", "batch"),
+        GpuProcess(48213, None, 0.0, visible=False),
+    )  # fmt: skip
+    g = GpuSample(2, "MIG-1", "NVIDIA H200 MIG 3g.71gb", "nvml", mig_parent=0, mig_instance=1,
+                  processes=procs)  # fmt: skip
+    none = GpuSample(0, "GPU-0", "NVIDIA H200", "nvml")
+    snap = Snapshot(t=1.0, wall=2.0, gpus=(g, none))
+    back = snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(snap))))
+    assert back == snap
+    assert back.gpus[0].processes == procs and back.gpus[1].processes is None
 
 
 def test_round_trip_keeps_the_engine_read_and_what_its_page_lacked() -> None:
