@@ -1,8 +1,10 @@
 """The headroom figure against what a sweep then measures (run by hand; results committed).
 
-For each box: start it, run `headroom sweep` (closed loop, doubling from 1 stream), and set
-the first step's estimate (concurrency at the first limit, from a window at a quarter of the
-cap or less) beside the saturation point the sweep measured.
+For each box: start it, run `headroom sweep` (closed loop, adaptive: doubling from 1 stream,
+then bisecting the knee), and set the first step's estimate (concurrency at the first limit,
+from a window at a quarter of the cap or less) beside the saturation point the sweep measured.
+Then, for every step, the time to first token taken apart (queueing, prefill, the rest of the
+engine's, outside the engine) beside the client's TTFT p50.
 
     .venv/bin/python bench/headroom_estimate.py [--out bench/results/headroom_estimate.txt]
         [--only sim:seq-cap,sim:kv-cap,sim:compute-bound,vllm:seq-cap,vllm:kv-cap]
@@ -37,7 +39,7 @@ BOXES = {
 
 def sweep(target: str, gpu: str | None, extra: list[str], out: Path) -> dict:
     cmd = [sys.executable, "-m", "headroom", "sweep", "--target", target,
-           "--concurrency", "1,2,4,8,16,32", "--step-seconds", "8", "--warmup-seconds", "2",
+           "--max-concurrency", "64", "--step-seconds", "8", "--warmup-seconds", "2",
            "--quiet", "--out", str(out), *extra]  # fmt: skip
     if gpu:
         cmd += ["--dcgm-exporter", gpu]
@@ -69,12 +71,15 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "headroom_estimate.txt")
     p.add_argument("--only", default=",".join(BOXES))
+    p.add_argument("--keep", type=Path, help="keep each sweep's output under this directory")
+    p.add_argument("--append", action="store_true", help="add to --out instead of replacing it")
     args = p.parse_args()
-    rows = []
+    rows: list[str] = []
+    ttft_rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
             t0 = time.monotonic()
-            result = run_box(name, Path(tmp))
+            result = run_box(name, args.keep or Path(tmp))
             hc = result.get("headroom_check") or {}
             sat = result["saturation"]
             first = result["steps"][0] if result["steps"] else {}
@@ -88,13 +93,52 @@ def main() -> None:
                 f"{hc.get('measured_rate_rps')} req/s  [{time.monotonic() - t0:.0f} s]"
             )
             print(rows[-1], flush=True)
+            for st in result["steps"]:
+                tt = ttft_row(name, st)
+                if tt:
+                    ttft_rows.append(tt)
+                    print(tt, flush=True)
     head = [
         "# headroom figure vs measured saturation (bench/headroom_estimate.py)",
         f"# {time.strftime('%Y-%m-%d %H:%M')} on {__import__('platform').node()}; "
-        "closed-loop sweeps 1..32 streams, 8 s holds",
+        "closed-loop adaptive sweeps (doubling from 1 stream, then bisecting), 8 s holds",
         "",
     ]
-    args.out.write_text("\n".join(head + rows) + "\n")
+    ttft_head = [
+        "",
+        "# TTFT parts per step (engine means; outside = the client's mean TTFT - the engine's):",
+        "# parts/p50 = (queue + prefill + other + outside) / the client's TTFT p50;",
+        "# q+p+out/p50 leaves out `other`, the engine's TTFT not explained by its queue and",
+        "# prefill histograms",
+    ]
+    if args.append and args.out.exists():
+        with args.out.open("a") as f:
+            f.write(
+                "\n".join(["", f"# again at {time.strftime('%H:%M')}:", *rows, *ttft_rows]) + "\n"
+            )
+        return
+    args.out.write_text("\n".join(head + rows + ttft_head + ttft_rows) + "\n")
+
+
+def ttft_row(name: str, step: dict) -> str | None:
+    parts = step.get("ttft_parts") or {}
+    p50 = parts.get("client_ttft_p50_s")
+    if not p50:
+        return None
+    q, p = parts.get("queue_s"), parts.get("prefill_s")
+    other, out = parts.get("engine_other_s"), parts.get("outside_s")
+    whole = sum(v or 0.0 for v in (q, p, other, out))
+    known = sum(v or 0.0 for v in (q, p, out))
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{1000 * v:.1f}"
+
+    return (
+        f"{name:<18} c={step['concurrency']:<3} client p50 {ms(p50)} ms (mean "
+        f"{ms(parts.get('client_ttft_mean_s'))}): queue {ms(q)} + prefill {ms(p)} + other "
+        f"{ms(other)} + outside {ms(out)} ms; parts/p50 {whole / p50:.2f}; q+p+out/p50 "
+        f"{known / p50:.2f}; consistent {parts.get('consistent')}"
+    )
 
 
 if __name__ == "__main__":
