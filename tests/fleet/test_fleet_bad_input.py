@@ -94,3 +94,18 @@ def test_credentials_in_the_url_are_not_printed(capsys: pytest.CaptureFixture[st
     port = closed_port()
     line = one_line_error(capsys, "--prometheus", f"http://ops:hunter2@127.0.0.1:{port}")
     assert "hunter2" not in line and f"http://127.0.0.1:{port}" in line
+
+
+def test_watch_prometheus_says_what_is_wrong_before_the_screen_opens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with serve(Canned()) as url:
+        rc = main(["watch", "--prometheus", url])
+    out, err = capsys.readouterr()
+    assert rc == 1 and err.strip().splitlines() == [
+        f"headroom watch: no headroom_* series in Prometheus at {url} "
+        "(is it scraping the headroom agents?)"
+    ]
+    rc = main(["watch", "--prometheus", url, "--remote", "http://127.0.0.1:9402"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "--remote, --replay and --prometheus exclude each other" in err
