@@ -88,11 +88,16 @@ class FleetHost:
     verdicts: tuple[FleetVerdict, ...] = ()  # most confident first
     last_tick_age_s: float | None = None
     stale_after_s: float = STALE_AFTER_S
+    present: bool = True  # Prometheus has the agent's series now (its last scrape worked)
 
     @property
     def stale(self) -> bool:
-        """The agent's last tick is old, or Prometheus has no tick from it at all."""
-        return self.last_tick_age_s is None or self.last_tick_age_s > self.stale_after_s
+        """The agent is gone from Prometheus, its last tick is old, or it never ticked."""
+        return (
+            not self.present
+            or self.last_tick_age_s is None
+            or self.last_tick_age_s > self.stale_after_s
+        )
 
     @property
     def wasted(self) -> float | None:
@@ -131,6 +136,7 @@ class FleetHost:
         return {
             "instance": self.instance,
             "stale": self.stale,
+            "present": self.present,
             "last_tick_age_s": self.last_tick_age_s,
             "wasted_gpus": self.wasted,
             "gpus_without_sm_active": self.gpus_without_sm_active,
@@ -207,6 +213,7 @@ def assemble(
     engines: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {}
     verdicts: dict[str, list[FleetVerdict]] = {}
     ages: dict[str, float | None] = {}
+    now: dict[str, float | None] = {}
     hosts: set[str] = set()
     when: float | None = None
 
@@ -237,6 +244,8 @@ def assemble(
                 )
             elif name == "last_tick_age":
                 ages[host] = _finite(s.value)
+            elif name == "tick_age":
+                now[host] = _finite(s.value)
 
     out = []
     for host in hosts:
@@ -269,8 +278,9 @@ def assemble(
                 gpus=host_gpus,
                 engines=host_engines,
                 verdicts=host_verdicts,
-                last_tick_age_s=ages.get(host),
+                last_tick_age_s=now.get(host, ages.get(host)),
                 stale_after_s=stale_after_s,
+                present=host in now,
             )
         )
     return Fleet(rank(out), source=source, time=when, host_label=host_label)

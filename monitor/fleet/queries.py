@@ -47,6 +47,11 @@ def fleet_queries(host_label: str, matchers: str = "") -> dict[str, str]:
     )
     # Only current verdicts carry a confidence, so this one family lists them all.
     out["verdicts"] = f"max by ({host_label}, cause, scope) (headroom_diagnosis_confidence{sel()})"
+    # Now: the agents Prometheus still has (a dead agent's series end at its failed scrape).
+    out["tick_age"] = (
+        f"time() - max by ({host_label}) (headroom_agent_last_tick_timestamp_seconds{sel()})"
+    )
+    # Over the last hour: the agents that were there, so a dead one is listed, not forgotten.
     out["last_tick_age"] = (
         f"time() - max by ({host_label}) "
         f"(max_over_time(headroom_agent_last_tick_timestamp_seconds{sel()}[{SEEN_RANGE}]))"

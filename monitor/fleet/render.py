@@ -33,7 +33,8 @@ def _row(name: str, wasted: str, cause: str, conf: str, duty: str, sm: str, run:
 def host_age(h: FleetHost) -> str:
     if h.last_tick_age_s is None:
         return "no tick from its agent in the last hour"
-    return f"last tick {h.last_tick_age_s:.0f} s ago"
+    age = f"last tick {h.last_tick_age_s:.0f} s ago"
+    return age if h.present else f"agent gone from Prometheus, {age}"
 
 
 def host_lines(h: FleetHost, detail: bool = True) -> list[str]:

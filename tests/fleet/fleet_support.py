@@ -39,7 +39,8 @@ def family_of(expr: str) -> str | None:
 @dataclass
 class Canned:
     """What the server answers: ``series[family]`` (for the last-tick family, the value is the
-    age in seconds, as the fleet's ``time() - ...`` expression yields), or a fixed ``mode``."""
+    age in seconds, as the fleet's ``time() - ...`` expression yields; ``family[range]`` is
+    what its ``max_over_time`` over the last hour answers), or a fixed ``mode``."""
 
     series: dict[str, list[Series]] = field(default_factory=dict)
     mode: str = "ok"  # ok | promql-error | html | 404 | 401
@@ -61,9 +62,12 @@ def _answer(canned: Canned, form: Mapping[str, Sequence[str]]) -> tuple[int, str
     if canned.mode == "401":
         return 401, "text/plain", b"Unauthorized"
     when = float(form["time"][0]) if "time" in form else EVAL_TIME
+    family = family_of(expr) or ""
+    if "max_over_time" in expr:
+        family += "[range]"
     result = [
         {"metric": dict(labels), "value": [when, repr(value)]}
-        for labels, value in canned.series.get(family_of(expr) or "", [])
+        for labels, value in canned.series.get(family, [])
     ]
     body = {"status": "success", "data": {"resultType": "vector", "result": result}}
     return 200, "application/json", json.dumps(body).encode()
@@ -113,9 +117,15 @@ def host(
     verdicts: Sequence[tuple[str, str, float]] = (),
     engines: Sequence[Mapping[str, Any]] = (),
     model: str = "NVIDIA H200",
+    gone: bool = False,
 ) -> None:
-    """One host's series: a GPU per ``sm`` entry (None: no SM series for that GPU)."""
+    """One host's series: a GPU per ``sm`` entry (None: no SM series for that GPU). ``gone``:
+    the agent's last tick is only in the range query (its series ended), nothing else is."""
     base = {"instance": instance}
+    if gone:
+        if age is not None:
+            canned.add("headroom_agent_last_tick_timestamp_seconds[range]", base, age)
+        return
     for i, s in enumerate(sm):
         gpu = {**base, "gpu": str(i), "model": model}
         if util is not None:
@@ -140,3 +150,4 @@ def host(
             canned.add("headroom_engine_first_limit", {**labels, "limit": e["limit"]}, 1.0)
     if age is not None:
         canned.add("headroom_agent_last_tick_timestamp_seconds", base, age)
+        canned.add("headroom_agent_last_tick_timestamp_seconds[range]", base, age)

@@ -1,5 +1,6 @@
 """Three real agents, each watching its own simulator, scraped by one real Prometheus; then
-`headroom fleet` reads them back through the CLI, as a user with a fleet would."""
+`headroom fleet` reads them back through the CLI, as a user with a fleet would. One agent is
+its own process (`headroom agent`), killed at the end: a dead agent stays listed, as stale."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
-from agent_support import REPO, wait_until  # noqa: E402
+from agent_support import REPO, free_port, wait_until  # noqa: E402
 from prometheus_support import HAVE_PROMETHEUS, run_prometheus  # noqa: E402
 
 from monitor.agent import Agent  # noqa: E402
@@ -34,15 +35,31 @@ def _hostport(url: str) -> str:
     return f"{parts.hostname}:{parts.port}"
 
 
+class Fleet:
+    def __init__(self, url: str, hosts: dict[str, str], process: subprocess.Popen) -> None:
+        self.url, self.hosts, self.process = url, hosts, process
+
+
 @pytest.fixture(scope="module")
-def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict]]:
+def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     from simulator import start_sim
 
     sims, agents = [], []
+    process: subprocess.Popen | None = None
     try:
         for scenario in SCENARIOS:
             sim = start_sim(scenario=scenario, port=0)
             sims.append(sim)
+            if scenario == "idle":
+                port = free_port()
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "headroom", "agent", "--listen", f"127.0.0.1:{port}",
+                     "--vllm", sim.url, "--dcgm-exporter", sim.gpu_metrics_url, "--no-nvml",
+                     "--interval", "0.5", "--window", "4"],
+                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+                agents.append(f"127.0.0.1:{port}")
+                continue
             agent = Agent(
                 AgentConfig(
                     listen="127.0.0.1:0",
@@ -56,7 +73,9 @@ def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
             )
             agent.start()
             agents.append(agent)
-        hosts = {_hostport(a.url): s for a, s in zip(agents, SCENARIOS)}
+        hosts = {
+            a if isinstance(a, str) else _hostport(a.url): s for a, s in zip(agents, SCENARIOS)
+        }
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [
@@ -64,10 +83,15 @@ def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
             ],
         }
         with run_prometheus(config, tmp_path_factory.mktemp("fleet-prom")) as url:
-            yield url, hosts
+            assert process is not None
+            yield Fleet(url, hosts, process)
     finally:
+        if process is not None:
+            process.kill()
+            process.wait()
         for agent in agents:
-            agent.stop()
+            if isinstance(agent, Agent):
+                agent.stop()
         for sim in sims:
             sim.stop()
 
@@ -99,8 +123,8 @@ def _ready(url: str, hosts: dict[str, str]) -> dict[str, Any] | None:
     return doc
 
 
-def test_fleet_reads_three_agents_through_prometheus(fleet_prometheus: tuple[str, dict]) -> None:
-    url, hosts = fleet_prometheus
+def test_fleet_reads_three_agents_through_prometheus(fleet_prometheus: Fleet) -> None:
+    url, hosts = fleet_prometheus.url, fleet_prometheus.hosts
     doc = wait_until(lambda: _ready(url, hosts), timeout=90, step=2)
     scenario = {h["instance"]: hosts[h["instance"]] for h in doc["hosts"]}
     order = [scenario[h["instance"]] for h in doc["hosts"]]
@@ -121,3 +145,17 @@ def test_fleet_reads_three_agents_through_prometheus(fleet_prometheus: tuple[str
     for instance in hosts:
         assert instance in table.stdout
     assert "seq-cap" in table.stdout
+    # The idle box's agent dies: Prometheus ends its series at the failed scrape, and the
+    # fleet lists the host as stale with no readings rather than dropping it.
+    idle = next(i for i, s in hosts.items() if s == "idle")
+    fleet_prometheus.process.kill()
+
+    def gone() -> dict[str, Any] | None:
+        run = _fleet(url, "--json")
+        doc = json.loads(run.stdout) if run.returncode == 0 else {"hosts": []}
+        h = next((h for h in doc["hosts"] if h["instance"] == idle), None)
+        return h if h is not None and not h["present"] else None
+
+    h = wait_until(gone, timeout=30, step=1)
+    assert h["stale"] and h["gpus"] == [] and h["wasted_gpus"] is None
+    assert h["last_tick_age_s"] is not None and h["last_tick_age_s"] < 60
