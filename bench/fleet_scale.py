@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -120,6 +121,21 @@ def openmetrics(hosts: int, gpus: int, t_end: int, seed: int = 15) -> Iterator[s
     yield "# EOF\n"
 
 
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def prometheus_cpu(url: str) -> float:
+    """Prometheus's own CPU seconds so far, from its /metrics."""
+    import httpx
+
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("process_cpu_seconds_total "):
+            return float(line.split()[1])
+    return float("nan")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=500)
@@ -156,11 +172,16 @@ def main() -> int:
         with run_prometheus(config, tmp / "prom", data=tmp / "data") as url:
             cmd = [sys.executable, "-m", "headroom", "fleet", "--prometheus", url, "--json",
                    "--at", str(t_end)]  # fmt: skip
-            walls, sizes = [], []
+            walls, sizes, cpus, prom_cpus = [], [], [], []
+            load_start = os.getloadavg()[0]
             for i in range(args.runs + 1):
+                prom0 = prometheus_cpu(url)
+                child0 = _children_cpu()
                 t0 = time.perf_counter()
                 run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
                 wall = time.perf_counter() - t0
+                cpu = _children_cpu() - child0
+                prom = prometheus_cpu(url) - prom0
                 if run.returncode != 0:
                     raise SystemExit(f"fleet failed: {run.stderr.strip()}")
                 doc = json.loads(run.stdout)
@@ -171,6 +192,8 @@ def main() -> int:
                 if i:  # the first run warms Prometheus's page cache; it is reported apart
                     walls.append(wall)
                     sizes.append(len(run.stdout))
+                    cpus.append(cpu)
+                    prom_cpus.append(prom)
                 else:
                     first = wall
             # The interpreter's own start-up and imports, for scale: `headroom --help`.
@@ -182,7 +205,10 @@ def main() -> int:
 
     say("headroom fleet --json over a backfilled Prometheus (bench/fleet_scale.py)")
     say(f"date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    say(f"machine: {machine.describe()}, load average {load:.1f} at the end")
+    say(
+        f"machine: {machine.describe()}, load average {load_start:.1f} before the runs, "
+        f"{load:.1f} at the end (shared with other work: wall times include waiting for a core)"
+    )
     say(
         f"prometheus: {subprocess.run([PROMTOOL, '--version'], capture_output=True, text=True).stdout.splitlines()[0]}"
     )
@@ -198,6 +224,12 @@ def main() -> int:
         f"min {min(walls):.2f}  (target < 2 s: {'met' if max(walls) < 2 else 'NOT met'})"
     )
     say(f"all runs: {' '.join(f'{w:.2f}' for w in walls)}")
+    say(
+        f"CPU s per run, median: headroom fleet process {statistics.median(cpus):.2f} "
+        f"(user+sys), Prometheus answering its queries {statistics.median(prom_cpus):.2f} "
+        "(process_cpu_seconds_total before and after); on an idle machine wall is about "
+        "the larger of the two plus the round trips"
+    )
     say(
         f"JSON out: {statistics.median(sizes) / 1e6:.1f} MB; "
         f"`headroom fleet --help` alone (interpreter + imports): {help_s:.2f} s"

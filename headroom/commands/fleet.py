@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -98,6 +99,8 @@ def client_from_args(args: argparse.Namespace, at: float | None = None) -> Any:
 
     if args.stale_after <= 0:
         raise ConfigError("--stale-after must be positive")
+    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", args.host_label):
+        raise ConfigError(f"--host-label needs a Prometheus label name, not {args.host_label!r}")
     if args.prometheus_timeout <= 0:
         raise ConfigError("--prometheus-timeout must be positive")
     return PromQL(args.prometheus, timeout=args.prometheus_timeout, at=at)

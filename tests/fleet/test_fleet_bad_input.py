@@ -79,6 +79,7 @@ def test_no_headroom_series(capsys: pytest.CaptureFixture[str]) -> None:
         (["--at", "yesterday"], "--at needs Unix seconds or an ISO 8601 time"),
         (["--top", "0"], "--top must be at least 1"),
         (["--stale-after", "-1"], "--stale-after must be positive"),
+        (["--host-label", "host-name"], "--host-label needs a Prometheus label name"),
     ],
 )
 def test_bad_flags(capsys: pytest.CaptureFixture[str], args: list[str], words: str) -> None:
