@@ -28,7 +28,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_source_flags(p)
     add_diagnosis_flags(p)
     g = p.add_argument_group("watch")
-    g.add_argument("--remote", metavar="AGENT_URL", help="read a running agent's /api/v1/snapshot")
+    g.add_argument(
+        "--remote",
+        metavar="AGENT_URL",
+        action="append",
+        help="read a running agent's /api/v1/snapshot; repeat for a few agents (a list of "
+        "them, Enter for one)",
+    )
     from headroom.commands.fleet import add_prometheus_flags
 
     add_prometheus_flags(
@@ -93,12 +99,12 @@ def run(args: argparse.Namespace) -> int:
     from monitor.tui.feeds import LocalFeed, RemoteFeed, ReplayFeed
 
     _check(args)
-    if args.prometheus:
+    if args.prometheus or (args.remote and len(args.remote) > 1):
         return run_fleet(args)
     if args.replay:
         feed: Any = ReplayFeed(args.replay, speed=args.speed)
     elif args.remote:
-        feed = RemoteFeed(args.remote, interval=args.interval, timeout=args.timeout)
+        feed = RemoteFeed(args.remote[0], interval=args.interval, timeout=args.timeout)
     else:
         from monitor.pipeline import Monitor
         from monitor.sampler import Sampler
@@ -126,26 +132,45 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    """The fleet screen over a PromQL API: the first read must work, later ones may fail."""
+    """The fleet screen over a PromQL API (whose first read must work: a bad URL is one line
+    before the screen opens), or over a few agents read straight (each failure is listed)."""
     from headroom.commands.fleet import client_from_args
-    from monitor.fleet.promql import selector_matchers
-    from monitor.fleet.read import read_fleet
     from monitor.tui.fleet import FleetApp
     from monitor.tui.logtail import captured_logs
 
-    matchers = selector_matchers(args.selector)
-    client = client_from_args(args)
+    client: Any = None
+    if args.prometheus:
+        from monitor.fleet.promql import selector_matchers
+        from monitor.fleet.read import read_fleet
 
-    def read() -> Any:
-        return read_fleet(client, args.host_label, matchers, args.stale_after)
+        matchers = selector_matchers(args.selector)
+        client = client_from_args(args)
+        source = client.shown
 
+        def read() -> Any:
+            return read_fleet(client, args.host_label, matchers, args.stale_after)
+
+        every = max(args.interval, 5.0)
+    else:
+        from monitor.fleet.agents import read_agents
+
+        if args.timeout <= 0:
+            raise ConfigError("--timeout must be positive")
+        source = f"{len(args.remote)} agents"
+
+        def read() -> Any:
+            return read_agents(args.remote, timeout=args.timeout, stale_after_s=args.stale_after)
+
+        every = args.interval
     try:
-        read()  # bad URL, no series, a PromQL error: one line before the screen opens
-        app = FleetApp(read, every=max(args.interval, 5.0), source=client.shown)
+        if client is not None:
+            read()
+        app = FleetApp(read, every=every, source=source)
         with captured_logs() as lines:
             app.run()
     finally:
-        client.close()
+        if client is not None:
+            client.close()
     for line in lines:
         print(line, file=sys.stderr)
     return app.return_code or 0

@@ -89,6 +89,7 @@ class FleetHost:
     last_tick_age_s: float | None = None
     stale_after_s: float = STALE_AFTER_S
     present: bool = True  # Prometheus has the agent's series now (its last scrape worked)
+    note: str | None = None  # why the host has no readings (an agent that did not answer)
 
     @property
     def stale(self) -> bool:
@@ -137,6 +138,7 @@ class FleetHost:
             "instance": self.instance,
             "stale": self.stale,
             "present": self.present,
+            "note": self.note,
             "last_tick_age_s": self.last_tick_age_s,
             "wasted_gpus": self.wasted,
             "gpus_without_sm_active": self.gpus_without_sm_active,

@@ -31,6 +31,8 @@ def _row(name: str, wasted: str, cause: str, conf: str, duty: str, sm: str, run:
 
 
 def host_age(h: FleetHost) -> str:
+    if h.note:
+        return h.note
     if h.last_tick_age_s is None:
         return "no tick from its agent in the last hour"
     age = f"last tick {h.last_tick_age_s:.0f} s ago"
