@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from monitor.fleet.model import Fleet, FleetHost
 
 HEADER = (
@@ -74,11 +76,14 @@ def host_lines(h: FleetHost, detail: bool = True) -> list[str]:
                 "",
             )
         )
-    for e in h.engines:
+    names = [f"{e.model_name}/{e.engine}" for e in h.engines]
+    for e, name in zip(h.engines, names):
         v = h.verdict_for(e.scope)
+        if names.count(name) > 1:  # two servers of one model on a box: tell them by port
+            name += f" :{urlsplit(e.url).port or ''}"
         lines.append(
             _row(
-                f"  {e.model_name}/{e.engine}",
+                f"  {name}",
                 "",
                 v.cause if v else "",
                 num(v.confidence, 2) if v else "",

@@ -187,3 +187,17 @@ def test_credentials_come_from_the_environment_and_are_never_printed(
     assert rc401 == 1 and "refused the query: HTTP 401" in err401
     for text in (out, err, out401, err401):
         assert "s3cret" not in text
+
+
+def test_two_servers_of_one_model_on_a_box_are_told_apart(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    canned = Canned()
+    host(canned, "box", [0.5, 0.5], engines=[
+        {"url": "http://127.0.0.1:8000/metrics", "running": 1.0},
+        {"url": "http://127.0.0.1:8001/metrics", "running": 7.0},
+    ])  # fmt: skip
+    with serve(canned) as url:
+        _, out, _ = fleet(capsys, url)
+    rows = [line.split() for line in out.splitlines() if line.startswith("  m/0")]
+    assert rows == [["m/0", ":8000", "1.0", "-", "-"], ["m/0", ":8001", "7.0", "-", "-"]]
