@@ -62,8 +62,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "fleet",
         help="many hosts at once through Prometheus: each host's cause, ranked by wasted GPU",
         description=(
-            "Read the headroom agents' series from Prometheus and list one row per host, GPU "
-            "and engine: cause, confidence, duty cycle, SM active, running/waiting and KV, "
+            "Read the headroom agents' series from Prometheus and list one row per host, GPU\n"
+            "and engine: cause, confidence, duty cycle, SM active, running/waiting and KV,\n"
             "hosts sorted by wasted GPU (GPUs x (1 - SM active))."
         ),
         epilog=EPILOG,

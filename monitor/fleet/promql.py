@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -168,7 +168,3 @@ def selector_matchers(selector: str | None) -> str:
     if not s or "=" not in s:
         raise ConfigError(f'--selector needs label matchers like job="headroom", not {selector!r}')
     return s
-
-
-def join_matchers(parts: Sequence[str]) -> str:
-    return ",".join(p for p in parts if p)

@@ -8,8 +8,6 @@ same agent scraped by two jobs) and is the value itself otherwise.
 
 from __future__ import annotations
 
-from monitor.fleet.promql import join_matchers
-
 # How far back a host counts as part of the fleet: an agent that stopped within this range
 # is listed as stale; one gone longer is forgotten, as Prometheus forgets it.
 SEEN_RANGE = "1h"
@@ -31,29 +29,26 @@ GPU_KEY = ("gpu", "model")
 def fleet_queries(host_label: str, matchers: str = "") -> dict[str, str]:
     """Name -> expression. ``matchers`` narrows every family (e.g. job="headroom")."""
 
-    def sel(extra: str = "") -> str:
-        inner = join_matchers([matchers, extra])
-        return "{" + inner + "}" if inner else ""
-
+    sel = "{" + matchers + "}" if matchers else ""
     by_gpu = ", ".join((host_label, *GPU_KEY))
     by_engine = ", ".join((host_label, *ENGINE_KEY))
     out: dict[str, str] = {}
     for field, family in GPU_FAMILIES.items():
-        out[f"gpu.{field}"] = f"max by ({by_gpu}) ({family}{sel()})"
+        out[f"gpu.{field}"] = f"max by ({by_gpu}) ({family}{sel})"
     for field, family in ENGINE_FAMILIES.items():
-        out[f"engine.{field}"] = f"max by ({by_engine}) ({family}{sel()})"
+        out[f"engine.{field}"] = f"max by ({by_engine}) ({family}{sel})"
     out["engine.first_limit"] = (
-        f"max by ({by_engine}, limit) (headroom_engine_first_limit{sel()} == 1)"
+        f"max by ({by_engine}, limit) (headroom_engine_first_limit{sel} == 1)"
     )
     # Only current verdicts carry a confidence, so this one family lists them all.
-    out["verdicts"] = f"max by ({host_label}, cause, scope) (headroom_diagnosis_confidence{sel()})"
+    out["verdicts"] = f"max by ({host_label}, cause, scope) (headroom_diagnosis_confidence{sel})"
     # Now: the agents Prometheus still has (a dead agent's series end at its failed scrape).
     out["tick_age"] = (
-        f"time() - max by ({host_label}) (headroom_agent_last_tick_timestamp_seconds{sel()})"
+        f"time() - max by ({host_label}) (headroom_agent_last_tick_timestamp_seconds{sel})"
     )
     # Over the last hour: the agents that were there, so a dead one is listed, not forgotten.
     out["last_tick_age"] = (
         f"time() - max by ({host_label}) "
-        f"(max_over_time(headroom_agent_last_tick_timestamp_seconds{sel()}[{SEEN_RANGE}]))"
+        f"(max_over_time(headroom_agent_last_tick_timestamp_seconds{sel}[{SEEN_RANGE}]))"
     )
     return out
