@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from monitor.errors import HeadroomError
 
-COMMANDS = ("demo", "watch", "snapshot", "agent", "sim", "sweep", "profile")
+COMMANDS = ("demo", "watch", "snapshot", "agent", "sim", "sweep", "profile", "fleet")
 
 
 def build_parser() -> argparse.ArgumentParser:

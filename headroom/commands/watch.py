@@ -28,7 +28,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_source_flags(p)
     add_diagnosis_flags(p)
     g = p.add_argument_group("watch")
-    g.add_argument("--remote", metavar="AGENT_URL", help="read a running agent's /api/v1/snapshot")
+    g.add_argument(
+        "--remote",
+        metavar="AGENT_URL",
+        action="append",
+        help="read a running agent's /api/v1/snapshot; repeat for a few agents (a list of "
+        "them, Enter for one)",
+    )
+    from headroom.commands.fleet import add_prometheus_flags
+
+    add_prometheus_flags(
+        p.add_argument_group(
+            "fleet (--prometheus: every host at once, refreshed every --interval s, at least 5)"
+        )
+    )
     g.add_argument(
         "--interval", type=float, default=1.0, help="seconds between readings (default 1)"
     )
@@ -65,9 +78,9 @@ def _check(args: argparse.Namespace) -> None:
     if args.speed < 0:
         raise ConfigError("--speed must be 0 (as fast as possible) or positive")
     local_flags = args.vllm or args.dcgm_exporter or args.dcgm or args.pid
-    if args.remote and args.replay:
-        raise ConfigError("--remote and --replay exclude each other")
-    if (args.remote or args.replay) and local_flags:
+    if sum(1 for x in (args.remote, args.replay, args.prometheus) if x) > 1:
+        raise ConfigError("--remote, --replay and --prometheus exclude each other")
+    if (args.remote or args.replay or args.prometheus) and local_flags:
         raise ConfigError(
             "source flags (--vllm, --dcgm-exporter, ...) apply to local sampling only"
         )
@@ -86,10 +99,12 @@ def run(args: argparse.Namespace) -> int:
     from monitor.tui.feeds import LocalFeed, RemoteFeed, ReplayFeed
 
     _check(args)
+    if args.prometheus or (args.remote and len(args.remote) > 1):
+        return run_fleet(args)
     if args.replay:
         feed: Any = ReplayFeed(args.replay, speed=args.speed)
     elif args.remote:
-        feed = RemoteFeed(args.remote, interval=args.interval, timeout=args.timeout)
+        feed = RemoteFeed(args.remote[0], interval=args.interval, timeout=args.timeout)
     else:
         from monitor.pipeline import Monitor
         from monitor.sampler import Sampler
@@ -114,6 +129,51 @@ def run(args: argparse.Namespace) -> int:
             auto=args.profile_every > 0,
         )
     return run_app(feed, record=args.record, sweep=args.sweep)
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """The fleet screen over a PromQL API (whose first read must work: a bad URL is one line
+    before the screen opens), or over a few agents read straight (each failure is listed)."""
+    from headroom.commands.fleet import client_from_args
+    from monitor.tui.fleet import FleetApp
+    from monitor.tui.logtail import captured_logs
+
+    client: Any = None
+    if args.prometheus:
+        from monitor.fleet.promql import selector_matchers
+        from monitor.fleet.read import read_fleet
+
+        matchers = selector_matchers(args.selector)
+        client = client_from_args(args)
+        source = client.shown
+
+        def read() -> Any:
+            return read_fleet(client, args.host_label, matchers, args.stale_after)
+
+        every = max(args.interval, 5.0)
+    else:
+        from monitor.fleet.agents import read_agents
+
+        if args.timeout <= 0:
+            raise ConfigError("--timeout must be positive")
+        source = f"{len(args.remote)} agents"
+
+        def read() -> Any:
+            return read_agents(args.remote, timeout=args.timeout, stale_after_s=args.stale_after)
+
+        every = args.interval
+    try:
+        if client is not None:
+            read()
+        app = FleetApp(read, every=every, source=source)
+        with captured_logs() as lines:
+            app.run()
+    finally:
+        if client is not None:
+            client.close()
+    for line in lines:
+        print(line, file=sys.stderr)
+    return app.return_code or 0
 
 
 def run_app(feed: Any, record: str | None = None, sweep: str | None = None, **kw: Any) -> int:

@@ -10,28 +10,26 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import yaml
-from agent_support import REPO, free_port, wait_until
+from agent_support import REPO, wait_until
+from prometheus_support import HAVE_PROMETHEUS, PROMTOOL, run_prometheus
 
 from monitor.agent import Agent
 from monitor.config import AgentConfig
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
 
 pytestmark = [
     pytest.mark.prometheus,
     pytest.mark.skipif(
-        not Path(PROMETHEUS).exists(),
+        not HAVE_PROMETHEUS,
         reason="needs the prometheus binary (Debian package prometheus; .ci/run installs it)",
     ),
 ]
@@ -74,7 +72,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
     )
     agent.start()
-    port = free_port()
     # The project's rules, evaluated every second instead of every 15 s to keep this short.
     rule_files = []
     for src in sorted((REPO / "configs/prometheus/rules").glob("*.yml")):
@@ -96,41 +93,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             },
         ],
     }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = (tmp / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    stack = Stack(agent, sim, f"http://127.0.0.1:{port}")
     try:
-        wait_until(lambda: _ready(stack.prom_url), timeout=60, step=0.25)
-        # The first scraped sample is queryable ~6 s after start on this machine.
-        wait_until(lambda: stack.vector("headroom_gpu_utilization_ratio"), timeout=60, step=0.5)
-        wait_until(lambda: len(stack.vector("up == 1")) == 3, timeout=30, step=0.5)
-        yield stack
+        with run_prometheus(config, tmp) as prom_url:
+            stack = Stack(agent, sim, prom_url)
+            # The first scraped sample is queryable ~6 s after start on this machine.
+            wait_until(lambda: stack.vector("headroom_gpu_utilization_ratio"), timeout=60, step=0.5)
+            wait_until(lambda: len(stack.vector("up == 1")) == 3, timeout=30, step=0.5)
+            yield stack
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
         agent.stop()
         sim.stop()
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(url + "/-/ready", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_prometheus_reads_the_agents_series(stack: Stack) -> None:
@@ -241,13 +213,12 @@ def test_every_dashboard_query_runs(stack: Stack) -> None:
 def test_the_agents_exposition_passes_promtool_lint(stack: Stack) -> None:
     """`promtool check metrics` on the agent's /metrics: names and types as Prometheus expects
     (no gauge with a `quantile` label, no gauge named *_count)."""
-    promtool = shutil.which("promtool") or "/usr/bin/promtool"
     wait_until(lambda: "headroom_engine_time_to_first_token_p50_seconds" in httpx.get(
         stack.agent.url + "/metrics", timeout=5).text, timeout=45, step=1)  # fmt: skip
     text = httpx.get(stack.agent.url + "/metrics", timeout=5).text
     assert "headroom_host_cpus " in text and "headroom_engine_seq_cap{" in text
     lint = subprocess.run(
-        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+        [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
     )
     problems = (lint.stdout + lint.stderr).strip()
     assert lint.returncode == 0 and not problems, problems

@@ -1,0 +1,123 @@
+"""A few agents without Prometheus: each agent's /api/v1/snapshot read straight, as a Fleet.
+
+For `watch --remote URL --remote URL ...`: the same list and drill-down as the Prometheus
+fleet, for the handful of boxes one person watches. The figures are the agents' own report
+fields (window means), the verdicts the agents' current ones. An agent that does not answer
+is listed, stale, with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from monitor.fleet.model import (
+    STALE_AFTER_S,
+    Fleet,
+    FleetEngine,
+    FleetGpu,
+    FleetHost,
+    FleetVerdict,
+    rank,
+)
+
+
+def snapshot_url(agent_url: str) -> str:
+    url = agent_url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url.removesuffix("/api/v1/snapshot") + "/api/v1/snapshot"
+
+
+def instance_of(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.netloc.rpartition("@")[2] or url
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def host_from_report(
+    instance: str, report: Mapping[str, Any], now: float, stale_after_s: float = STALE_AFTER_S
+) -> FleetHost:
+    gpus = tuple(
+        FleetGpu(
+            gpu=str(g.get("index")),
+            model=str(g.get("name") or ""),
+            util=_num(g.get("util")),
+            sm_active=_num(g.get("sm_active")),
+        )  # fmt: skip
+        for g in report.get("gpus") or ()
+    )
+    engines = []
+    for e in report.get("engines") or ():
+        room = (e.get("analysis") or {}).get("headroom") or {}
+        engines.append(
+            FleetEngine(
+                url=str(e.get("url")),
+                model_name=str(e.get("model_name")),
+                engine=str(e.get("engine")),
+                running=_num(e.get("running")),
+                waiting=_num(e.get("waiting")),
+                kv_cache_usage=_num(e.get("kv_cache_usage")),
+                headroom_factor=_num(room.get("factor")),
+                first_limit=room.get("limit") or None,
+            )
+        )
+    verdicts = sorted(
+        (
+            FleetVerdict(str(v.get("cause")), str(v.get("scope")), _num(v.get("confidence")))
+            for v in report.get("verdicts") or ()
+        ),  # fmt: skip
+        key=lambda v: (-(v.confidence or 0.0), v.scope != "box", v.scope, v.cause),
+    )
+    stamp = _num(report.get("time"))
+    return FleetHost(
+        instance=instance,
+        gpus=gpus,
+        engines=tuple(engines),
+        verdicts=tuple(verdicts),
+        last_tick_age_s=None if stamp is None else max(0.0, now - stamp),
+        stale_after_s=stale_after_s,
+    )
+
+
+def read_agents(
+    urls: Sequence[str],
+    timeout: float = 2.0,
+    stale_after_s: float = STALE_AFTER_S,
+    wall: Callable[[], float] = time.time,
+) -> Fleet:
+    """Every agent's snapshot at once; one that fails is a stale host carrying the reason."""
+    targets = [snapshot_url(u) for u in urls]
+
+    def one(client: httpx.Client, url: str) -> FleetHost:
+        instance = instance_of(url)
+        try:
+            resp = client.get(url)
+            resp.raise_for_status()
+            report = resp.json()
+        except httpx.HTTPStatusError as exc:
+            note = f"{url}: HTTP {exc.response.status_code}"
+        except httpx.HTTPError as exc:
+            note = f"{url}: {type(exc).__name__}: {exc}".rstrip(": ")
+        except ValueError:
+            note = f"{url}: the answer is not JSON"
+        else:
+            if isinstance(report, dict) and "gpus" in report and "engines" in report:
+                return host_from_report(instance, report, wall(), stale_after_s)
+            note = f"{url}: the answer is not a headroom report"
+        return FleetHost(instance=instance, present=False, note=note, stale_after_s=stale_after_s)
+
+    with (
+        httpx.Client(timeout=timeout) as client,
+        ThreadPoolExecutor(max_workers=min(8, len(targets)) or 1) as pool,
+    ):
+        hosts = list(pool.map(lambda u: one(client, u), targets))
+    return Fleet(rank(hosts), source=f"{len(targets)} agents", time=wall(), host_label="agent")

@@ -1,0 +1,288 @@
+"""The fleet as plain frozen data, assembled from the query answers and ranked by wasted GPU.
+
+Wasted GPU is GPUs x (1 - SM active): a host of eight GPUs whose SMs are 10% active wastes
+7.2 GPUs. A GPU whose SM activity was not read (no GPM, no DCGM profiling) adds nothing and
+is counted apart; a host with no SM reading at all has no figure and ranks after those that
+have one. A reading that is absent stays None here and a dash on screen, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.fleet.promql import Answer
+from monitor.fleet.queries import ENGINE_FAMILIES, ENGINE_KEY, GPU_FAMILIES
+
+# A host whose agent has not ticked for this long is stale: its numbers are old or gone.
+STALE_AFTER_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGpu:
+    gpu: str
+    model: str
+    util: float | None = None
+    sm_active: float | None = None
+
+    @property
+    def wasted(self) -> float | None:
+        return None if self.sm_active is None else max(0.0, 1.0 - self.sm_active)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "model": self.model,
+            "util": self.util,
+            "sm_active": self.sm_active,
+            "wasted": self.wasted,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FleetEngine:
+    url: str
+    model_name: str
+    engine: str
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage: float | None = None
+    headroom_factor: float | None = None
+    first_limit: str | None = None
+
+    @property
+    def scope(self) -> str:
+        # monitor.scopes.engine_scope's spelling, so the verdicts find their engine.
+        return f"engine:{self.model_name}/{self.engine}@{self.url}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "model_name": self.model_name,
+            "engine": self.engine,
+            "running": self.running,
+            "waiting": self.waiting,
+            "kv_cache_usage": self.kv_cache_usage,
+            "headroom_factor": self.headroom_factor,
+            "first_limit": self.first_limit,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FleetVerdict:
+    cause: str
+    scope: str
+    confidence: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "scope": self.scope, "confidence": self.confidence}
+
+
+@dataclass(frozen=True, slots=True)
+class FleetHost:
+    instance: str
+    gpus: tuple[FleetGpu, ...] = ()
+    engines: tuple[FleetEngine, ...] = ()
+    verdicts: tuple[FleetVerdict, ...] = ()  # most confident first
+    last_tick_age_s: float | None = None
+    stale_after_s: float = STALE_AFTER_S
+    present: bool = True  # Prometheus has the agent's series now (its last scrape worked)
+    note: str | None = None  # why the host has no readings (an agent that did not answer)
+
+    @property
+    def stale(self) -> bool:
+        """The agent is gone from Prometheus, its last tick is old, or it never ticked."""
+        return (
+            not self.present
+            or self.last_tick_age_s is None
+            or self.last_tick_age_s > self.stale_after_s
+        )
+
+    @property
+    def wasted(self) -> float | None:
+        values = [g.wasted for g in self.gpus if g.wasted is not None]
+        return sum(values) if values else None
+
+    @property
+    def gpus_without_sm_active(self) -> int:
+        return sum(1 for g in self.gpus if g.sm_active is None)
+
+    @property
+    def verdict(self) -> FleetVerdict | None:
+        """The host's headline: its most confident current verdict."""
+        return self.verdicts[0] if self.verdicts else None
+
+    def verdict_for(self, scope: str) -> FleetVerdict | None:
+        return next((v for v in self.verdicts if v.scope == scope), None)
+
+    def mean(self, field_name: str) -> float | None:
+        values = [getattr(g, field_name) for g in self.gpus]
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    def engine_sum(self, field_name: str) -> float | None:
+        known = [getattr(e, field_name) for e in self.engines]
+        known = [v for v in known if v is not None]
+        return sum(known) if known else None
+
+    def engine_max(self, field_name: str) -> float | None:
+        known = [getattr(e, field_name) for e in self.engines]
+        known = [v for v in known if v is not None]
+        return max(known) if known else None
+
+    def to_json(self) -> dict[str, Any]:
+        top = self.verdict
+        return {
+            "instance": self.instance,
+            "stale": self.stale,
+            "present": self.present,
+            "note": self.note,
+            "last_tick_age_s": self.last_tick_age_s,
+            "wasted_gpus": self.wasted,
+            "gpus_without_sm_active": self.gpus_without_sm_active,
+            "cause": top.cause if top else None,
+            "confidence": top.confidence if top else None,
+            "gpus": [g.to_json() for g in self.gpus],
+            "engines": [e.to_json() for e in self.engines],
+            "verdicts": [v.to_json() for v in self.verdicts],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    hosts: tuple[FleetHost, ...]  # ranked: most wasted GPU first
+    source: str = ""
+    time: float | None = None  # the evaluation time of the answers
+    host_label: str = "instance"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(h.gpus) for h in self.hosts)
+
+    @property
+    def engine_count(self) -> int:
+        return sum(len(h.engines) for h in self.hosts)
+
+    @property
+    def wasted(self) -> float | None:
+        values = [h.wasted for h in self.hosts if h.wasted is not None]
+        return sum(values) if values else None
+
+    def host(self, instance: str) -> FleetHost | None:
+        return next((h for h in self.hosts if h.instance == instance), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prometheus": self.source,
+            "time": self.time,
+            "host_label": self.host_label,
+            "gpu_count": self.gpu_count,
+            "engine_count": self.engine_count,
+            "wasted_gpus": self.wasted,
+            "hosts": [h.to_json() for h in self.hosts],
+        }
+
+
+def rank(hosts: Sequence[FleetHost]) -> tuple[FleetHost, ...]:
+    """Most wasted GPU first; hosts without an SM reading after every host with one."""
+
+    def key(h: FleetHost) -> tuple[int, float, str]:
+        wasted = h.wasted
+        return (wasted is None, -(wasted or 0.0), h.instance)
+
+    return tuple(sorted(hosts, key=key))
+
+
+def _gpu_order(g: FleetGpu) -> tuple[int, str]:
+    return (int(g.gpu), "") if g.gpu.isdigit() else (1 << 30, g.gpu)
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def assemble(
+    answers: Mapping[str, Answer],
+    host_label: str = "instance",
+    stale_after_s: float = STALE_AFTER_S,
+    source: str = "",
+) -> Fleet:
+    """One FleetHost per host label value seen in any answer; each reading where it was read."""
+    gpus: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+    engines: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {}
+    verdicts: dict[str, list[FleetVerdict]] = {}
+    ages: dict[str, float | None] = {}
+    now: dict[str, float | None] = {}
+    hosts: set[str] = set()
+    when: float | None = None
+
+    def host_of(labels: Mapping[str, str]) -> str:
+        host = labels.get(host_label, "")
+        hosts.add(host)
+        return host
+
+    for name, answer in answers.items():
+        if answer.samples and math.isfinite(answer.time):
+            when = answer.time
+        for s in answer.samples:
+            host = host_of(s.labels)
+            if name.startswith("gpu."):
+                key = (s.labels.get("gpu", ""), s.labels.get("model", ""))
+                gpus.setdefault(host, {}).setdefault(key, {})[name[4:]] = _finite(s.value)
+            elif name == "engine.first_limit":
+                ekey = tuple(s.labels.get(k, "") for k in ENGINE_KEY)
+                engines.setdefault(host, {}).setdefault(ekey, {})["first_limit"] = s.labels.get(
+                    "limit"
+                )
+            elif name.startswith("engine."):
+                ekey = tuple(s.labels.get(k, "") for k in ENGINE_KEY)
+                engines.setdefault(host, {}).setdefault(ekey, {})[name[7:]] = _finite(s.value)
+            elif name == "verdicts":
+                verdicts.setdefault(host, []).append(
+                    FleetVerdict(s.labels.get("cause", ""), s.labels.get("scope", ""), s.value)
+                )
+            elif name == "last_tick_age":
+                ages[host] = _finite(s.value)
+            elif name == "tick_age":
+                now[host] = _finite(s.value)
+
+    out = []
+    for host in hosts:
+        host_gpus = tuple(
+            sorted(
+                (
+                    FleetGpu(gpu=k[0], model=k[1], **{f: v.get(f) for f in GPU_FAMILIES})
+                    for k, v in gpus.get(host, {}).items()
+                ),
+                key=_gpu_order,
+            )
+        )
+        host_engines = tuple(
+            FleetEngine(
+                *k,
+                **{f: v.get(f) for f in ENGINE_FAMILIES},
+                first_limit=v.get("first_limit"),
+            )
+            for k, v in sorted(engines.get(host, {}).items())
+        )
+        host_verdicts = tuple(
+            sorted(
+                verdicts.get(host, ()),
+                key=lambda v: (-(v.confidence or 0.0), v.scope != "box", v.scope, v.cause),
+            )
+        )
+        out.append(
+            FleetHost(
+                instance=host,
+                gpus=host_gpus,
+                engines=host_engines,
+                verdicts=host_verdicts,
+                last_tick_age_s=now.get(host, ages.get(host)),
+                stale_after_s=stale_after_s,
+                present=host in now,
+            )
+        )
+    return Fleet(rank(out), source=source, time=when, host_label=host_label)

@@ -1,0 +1,54 @@
+"""The few PromQL expressions the fleet view needs: one per family, aggregated on the server.
+
+Each expression keeps only the labels the view shows (the host label, the GPU index and
+model, the engine's identity, the verdict's cause and scope), so the answer for 4,000 GPUs is
+4,000 short series, not 4,000 series with every scrape label. ``max`` merges duplicates (the
+same agent scraped by two jobs) and is the value itself otherwise.
+"""
+
+from __future__ import annotations
+
+# How far back a host counts as part of the fleet: an agent that stopped within this range
+# is listed as stale; one gone longer is forgotten, as Prometheus forgets it.
+SEEN_RANGE = "1h"
+
+GPU_FAMILIES = {
+    "util": "headroom_gpu_utilization_ratio",
+    "sm_active": "headroom_gpu_sm_active_ratio",
+}
+ENGINE_FAMILIES = {
+    "running": "headroom_engine_requests_running",
+    "waiting": "headroom_engine_requests_waiting",
+    "kv_cache_usage": "headroom_engine_kv_cache_usage_ratio",
+    "headroom_factor": "headroom_engine_load_headroom_ratio",
+}
+ENGINE_KEY = ("url", "model_name", "engine")
+GPU_KEY = ("gpu", "model")
+
+
+def fleet_queries(host_label: str, matchers: str = "") -> dict[str, str]:
+    """Name -> expression. ``matchers`` narrows every family (e.g. job="headroom")."""
+
+    sel = "{" + matchers + "}" if matchers else ""
+    by_gpu = ", ".join((host_label, *GPU_KEY))
+    by_engine = ", ".join((host_label, *ENGINE_KEY))
+    out: dict[str, str] = {}
+    for field, family in GPU_FAMILIES.items():
+        out[f"gpu.{field}"] = f"max by ({by_gpu}) ({family}{sel})"
+    for field, family in ENGINE_FAMILIES.items():
+        out[f"engine.{field}"] = f"max by ({by_engine}) ({family}{sel})"
+    out["engine.first_limit"] = (
+        f"max by ({by_engine}, limit) (headroom_engine_first_limit{sel} == 1)"
+    )
+    # Only current verdicts carry a confidence, so this one family lists them all.
+    out["verdicts"] = f"max by ({host_label}, cause, scope) (headroom_diagnosis_confidence{sel})"
+    # Now: the agents Prometheus still has (a dead agent's series end at its failed scrape).
+    out["tick_age"] = (
+        f"time() - max by ({host_label}) (headroom_agent_last_tick_timestamp_seconds{sel})"
+    )
+    # Over the last hour: the agents that were there, so a dead one is listed, not forgotten.
+    out["last_tick_age"] = (
+        f"time() - max by ({host_label}) "
+        f"(max_over_time(headroom_agent_last_tick_timestamp_seconds{sel}[{SEEN_RANGE}]))"
+    )
+    return out

@@ -1,0 +1,120 @@
+"""The fleet as text: one row per host, then its GPUs, engines and verdicts, indented."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from monitor.fleet.model import Fleet, FleetHost
+
+HEADER = (
+    f"{'HOST / GPU / ENGINE':<34} {'WASTED':>6}  {'CAUSE':<14} {'CONF':>4} "
+    f"{'DUTY':>5} {'SM':>5} {'RUN':>6} {'WAIT':>6} {'KV':>5}"
+)
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def num(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "~"
+
+
+def _row(name: str, wasted: str, cause: str, conf: str, duty: str, sm: str, run: str,
+         wait: str, kv: str) -> str:  # fmt: skip
+    return (
+        f"{_clip(name, 34):<34} {wasted:>6}  {_clip(cause, 14):<14} {conf:>4} "
+        f"{duty:>5} {sm:>5} {run:>6} {wait:>6} {kv:>5}"
+    ).rstrip()
+
+
+def host_age(h: FleetHost) -> str:
+    if h.note:
+        return h.note
+    if h.last_tick_age_s is None:
+        return "no tick from its agent in the last hour"
+    age = f"last tick {h.last_tick_age_s:.0f} s ago"
+    return age if h.present else f"agent gone from Prometheus, {age}"
+
+
+def host_lines(h: FleetHost, detail: bool = True) -> list[str]:
+    top = h.verdict
+    label = h.instance or "(no host label)"
+    if h.stale:
+        label += " (stale)"
+    lines = [
+        _row(
+            label,
+            num(h.wasted),
+            top.cause if top else "-",
+            num(top.confidence, 2) if top else "-",
+            pct(h.mean("util")),
+            pct(h.mean("sm_active")),
+            num(h.engine_sum("running")),
+            num(h.engine_sum("waiting")),
+            pct(h.engine_max("kv_cache_usage")),
+        )
+    ]
+    if not detail:
+        return lines
+    for g in h.gpus:
+        v = h.verdict_for(f"gpu:{g.gpu}")
+        lines.append(
+            _row(
+                f"  gpu {g.gpu} {g.model}",
+                num(g.wasted, 2),
+                v.cause if v else "",
+                num(v.confidence, 2) if v else "",
+                pct(g.util),
+                pct(g.sm_active),
+                "",
+                "",
+                "",
+            )
+        )
+    names = [f"{e.model_name}/{e.engine}" for e in h.engines]
+    for e, name in zip(h.engines, names):
+        v = h.verdict_for(e.scope)
+        if names.count(name) > 1:  # two servers of one model on a box: tell them by port
+            name += f" :{urlsplit(e.url).port or ''}"
+        lines.append(
+            _row(
+                f"  {name}",
+                "",
+                v.cause if v else "",
+                num(v.confidence, 2) if v else "",
+                "",
+                "",
+                num(e.running),
+                num(e.waiting),
+                pct(e.kv_cache_usage),
+            )
+        )
+    if h.stale:
+        lines.append(f"  ! stale: {host_age(h)}")
+    return lines
+
+
+def summary(fleet: Fleet) -> str:
+    stale = sum(1 for h in fleet.hosts if h.stale)
+    text = (
+        f"{len(fleet.hosts)} hosts, {fleet.gpu_count} GPUs, {fleet.engine_count} engines; "
+        f"{num(fleet.wasted)} GPUs wasted (GPUs x (1 - SM active))"
+    )
+    if stale:
+        text += f"; {stale} stale"
+    return text
+
+
+def render(fleet: Fleet, top: int | None = None, detail: bool = True) -> str:
+    hosts = fleet.hosts if top is None else fleet.hosts[:top]
+    lines = [f"headroom fleet from {fleet.source}: {summary(fleet)}", HEADER]
+    for h in hosts:
+        lines.extend(host_lines(h, detail))
+    if top is not None and len(fleet.hosts) > top:
+        lines.append(f"... {len(fleet.hosts) - top} more hosts (--top)")
+    return "\n".join(lines)

@@ -1,0 +1,203 @@
+"""`headroom fleet` over canned PromQL answers from a real HTTP server on 127.0.0.1: ranking
+by wasted GPU, readings that are missing shown as missing, stale hosts, what it asks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fleet_support import EVAL_TIME, Canned, host, serve
+
+from headroom.cli import main
+
+
+def fleet(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
+    rc = main(["fleet", "--prometheus", url, *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def fleet_json(capsys: pytest.CaptureFixture[str], canned: Canned, *args: str) -> dict[str, Any]:
+    with serve(canned) as url:
+        rc, out, err = fleet(capsys, url, "--json", *args)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+# (case, hosts as (instance, sm per GPU), expected order, expected wasted per host)
+RANKING = [
+    (
+        "more GPUs idle outrank one idle GPU",
+        [("one-idle", [0.0]), ("eight-half", [0.5] * 8), ("two-busy", [0.9, 0.95])],
+        ["eight-half", "one-idle", "two-busy"],
+        [4.0, 1.0, 0.15],
+    ),
+    (
+        "a host without any SM reading ranks last, not as fully busy or fully idle",
+        [("no-gpm", [None, None]), ("busy", [0.99]), ("idle", [0.0, 0.0])],
+        ["idle", "busy", "no-gpm"],
+        [2.0, 0.01, None],
+    ),
+    (
+        "a GPU without SM reading adds nothing to its host's waste",
+        [("mixed", [0.0, None, None]), ("two", [0.5, 0.5])],
+        ["mixed", "two"],
+        [1.0, 1.0],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "hosts", "order", "wasted"), RANKING, ids=[r[0] for r in RANKING])
+def test_hosts_are_ranked_by_wasted_gpu(
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+    hosts: list[tuple[str, list[float | None]]],
+    order: list[str],
+    wasted: list[float | None],
+) -> None:
+    canned = Canned()
+    for instance, sm in hosts:
+        host(canned, instance, sm)
+    doc = fleet_json(capsys, canned)
+    assert [h["instance"] for h in doc["hosts"]] == order
+    got = [h["wasted_gpus"] for h in doc["hosts"]]
+    assert got == [pytest.approx(w) if w is not None else None for w in wasted]
+
+
+def test_missing_readings_are_null_and_dashes_not_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    canned = Canned()
+    # GPM-less box: duty cycle read, SM activity not; its engine exports no KV gauge (TGI).
+    host(canned, "old-box:9402", [None], util=0.4,
+         engines=[{"running": 3.0, "waiting": 0.0}])  # fmt: skip
+    doc = fleet_json(capsys, canned)
+    h = doc["hosts"][0]
+    assert h["gpus"] == [{"gpu": "0", "model": "NVIDIA H200", "util": 0.4, "sm_active": None,
+                          "wasted": None}]  # fmt: skip
+    assert h["wasted_gpus"] is None and h["gpus_without_sm_active"] == 1
+    assert h["engines"][0]["kv_cache_usage"] is None and h["engines"][0]["running"] == 3.0
+    assert h["cause"] is None and h["verdicts"] == []
+    with serve(canned) as url:
+        rc, out, _ = fleet(capsys, url)
+    assert rc == 0
+    host_row = next(line for line in out.splitlines() if line.startswith("old-box:9402"))
+    cells = host_row.split()
+    # wasted, cause, confidence, duty, SM, running, waiting, KV
+    assert cells[1:] == ["-", "-", "-", "40%", "-", "3.0", "0.0", "-"]
+
+
+def test_verdicts_engines_and_the_headline_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    canned = Canned()
+    scope = "engine:m/0@http://127.0.0.1:8000/metrics"
+    host(canned, "box-a", [0.2, 0.3],
+         verdicts=[("memory-bound", "gpu:0", 0.6), ("seq-cap", scope, 0.95)],
+         engines=[{"running": 64.0, "waiting": 20.0, "kv": 0.4, "headroom": 1.0,
+                   "limit": "seq-cap"}])  # fmt: skip
+    doc = fleet_json(capsys, canned)
+    h = doc["hosts"][0]
+    assert (h["cause"], h["confidence"]) == ("seq-cap", 0.95)
+    assert [v["cause"] for v in h["verdicts"]] == ["seq-cap", "memory-bound"]
+    assert h["engines"] == [{"url": "http://127.0.0.1:8000/metrics", "model_name": "m",
+                             "engine": "0", "running": 64.0, "waiting": 20.0,
+                             "kv_cache_usage": 0.4, "headroom_factor": 1.0,
+                             "first_limit": "seq-cap"}]  # fmt: skip
+    with serve(canned) as url:
+        _, out, _ = fleet(capsys, url)
+    lines = out.splitlines()
+    assert lines[0].endswith("1 hosts, 2 GPUs, 1 engines; 1.5 GPUs wasted (GPUs x (1 - SM active))")
+    engine_row = next(line for line in lines if line.startswith("  m/0"))
+    assert engine_row.split() == ["m/0", "seq-cap", "0.95", "64.0", "20.0", "40%"]
+    gpu0 = next(line for line in lines if line.startswith("  gpu 0"))
+    assert "memory-bound" in gpu0 and "20%" in gpu0
+
+
+def test_stale_hosts_are_marked(capsys: pytest.CaptureFixture[str]) -> None:
+    canned = Canned()
+    host(canned, "fresh", [0.5], age=5.0)
+    host(canned, "slow", [0.5], age=300.0)
+    host(canned, "gone", [0.5], age=None)
+    doc = fleet_json(capsys, canned)
+    stale = {h["instance"]: h["stale"] for h in doc["hosts"]}
+    assert stale == {"fresh": False, "slow": True, "gone": True}
+    longer = fleet_json(capsys, canned, "--stale-after", "600")["hosts"]
+    assert {h["instance"]: h["stale"] for h in longer} == {
+        "fresh": False,
+        "slow": False,
+        "gone": True,
+    }
+    with serve(canned) as url:
+        _, out, _ = fleet(capsys, url)
+    assert "slow (stale)" in out and "last tick 300 s ago" in out
+    assert "gone (stale)" in out and "no tick from its agent in the last hour" in out
+    assert "fresh (stale)" not in out and "2 stale" in out.splitlines()[0]
+
+
+def test_it_asks_few_aggregated_queries_narrowed_by_the_selector(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    canned = Canned()
+    host(canned, "a", [0.5])
+    fleet_json(capsys, canned, "--selector", 'job="headroom",env=~"prod.*"', "--host-label", "box")
+    queries = [a["form"]["query"][0] for a in canned.asked]
+    # One query per family, however many hosts: never one per host.
+    assert 5 <= len(queries) <= 12
+    assert all(a["path"] == "/api/v1/query" for a in canned.asked)
+    for q in queries:
+        assert 'job="headroom",env=~"prod.*"' in q, q
+        assert q.startswith("max by (box") or q.startswith("time() - max by (box)"), q
+
+
+def test_at_evaluates_at_a_given_time(capsys: pytest.CaptureFixture[str]) -> None:
+    canned = Canned()
+    host(canned, "a", [0.5])
+    doc = fleet_json(capsys, canned, "--at", "2026-01-15T10:00:00Z")
+    assert {a["form"]["time"][0] for a in canned.asked} == {"1768471200.000"}
+    assert doc["time"] == 1768471200.0
+    assert fleet_json(capsys, Canned(series=canned.series))["time"] == EVAL_TIME
+
+
+@pytest.mark.parametrize(
+    ("env", "header"),
+    [
+        ({"HEADROOM_PROMETHEUS_TOKEN": "s3cret-token"}, "Bearer s3cret-token"),
+        (
+            {"HEADROOM_PROMETHEUS_USER": "ops", "HEADROOM_PROMETHEUS_PASSWORD": "s3cret-pw"},
+            "Basic b3BzOnMzY3JldC1wdw==",
+        ),  # fmt: skip
+    ],
+)
+def test_credentials_come_from_the_environment_and_are_never_printed(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    header: str,
+) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("HEADROOM_PROMETHEUS_ORG_ID", "tenant-1")
+    canned = Canned()
+    host(canned, "a", [0.5])
+    with serve(canned) as url:
+        rc, out, err = fleet(capsys, url, "--json")
+        assert rc == 0
+        canned.mode = "401"
+        rc401, out401, err401 = fleet(capsys, url)
+    assert {a["headers"].get("Authorization") for a in canned.asked} == {header}
+    assert {a["headers"].get("X-Scope-OrgID") for a in canned.asked} == {"tenant-1"}
+    assert rc401 == 1 and "refused the query: HTTP 401" in err401
+    for text in (out, err, out401, err401):
+        assert "s3cret" not in text
+
+
+def test_two_servers_of_one_model_on_a_box_are_told_apart(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    canned = Canned()
+    host(canned, "box", [0.5, 0.5], engines=[
+        {"url": "http://127.0.0.1:8000/metrics", "running": 1.0},
+        {"url": "http://127.0.0.1:8001/metrics", "running": 7.0},
+    ])  # fmt: skip
+    with serve(canned) as url:
+        _, out, _ = fleet(capsys, url)
+    rows = [line.split() for line in out.splitlines() if line.startswith("  m/0")]
+    assert rows == [["m/0", ":8000", "1.0", "-", "-"], ["m/0", ":8001", "7.0", "-", "-"]]
