@@ -185,6 +185,10 @@ def build_report(
     for e in window.engines:
         ej = engine_json(e)
         ej["analysis"] = dict((analyses or {}).get(engine_scope(e), {}))
+        # Issue 18 names these at the engine's level, where scripts look first; the analysis
+        # keeps them too (the TUI, the exporter and older scripts read them there).
+        ej["ttft_parts"] = ej["analysis"].get("ttft_parts")
+        ej["headroom"] = ej["analysis"].get("headroom")
         ej["cpu_profile"] = profile
         engines.append(ej)
     return {

@@ -48,3 +48,12 @@ def test_snapshot_names_the_scenario_cause_first(scenario: str) -> None:
     verdict = report["verdicts"][0]
     assert verdict["fix"] and verdict["evidence"], verdict
     assert report["engines"] and report["gpus"], "both sources must have been read"
+    engine = report["engines"][0]
+    if scenario == "seq-cap":
+        # The first limit is the cap itself, and the first token is mostly the wait for a
+        # slot: both at the engine's level of the JSON, where scripts read them.
+        assert engine["headroom"]["limit"] == "seq-cap" and engine["headroom"]["factor"] == 1.0
+        parts = engine["ttft_parts"]
+        assert parts["queue_s"] > 0.5 * parts["engine_ttft_s"], parts
+        assert "ttft_queue_share" in {e["name"] for e in verdict["evidence"]}
+    assert engine["headroom"] == engine["analysis"]["headroom"]
