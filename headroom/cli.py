@@ -1,4 +1,4 @@
-"""`headroom`: one command, six subcommands. Parses flags and wires the parts.
+"""`headroom`: one command, eight subcommands. Parses flags and wires the parts.
 
 Each subcommand lives in ``headroom/commands/<name>.py`` with ``add_parser`` and
 ``run``; a command's heavy imports (the simulator, the load generator, Textual)

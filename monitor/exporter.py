@@ -406,6 +406,12 @@ class DiagnosisCollector(_ViewCollector):
             "Confidence (0-1) of each current verdict.",
             labels=DIAG_LABELS,
         )
+        rank = GaugeMetricFamily(
+            "headroom_diagnosis_rank",
+            "Position of each current verdict in the diagnosis's order (0 leads: the cause "
+            "snapshot and the TUI name first).",
+            labels=DIAG_LABELS,
+        )
         evidence = GaugeMetricFamily(
             "headroom_diagnosis_evidence",
             "The numbers that decided each current verdict.",
@@ -419,8 +425,9 @@ class DiagnosisCollector(_ViewCollector):
         for scope in dict.fromkeys(scopes):
             for cause in CAUSES:
                 state.add_metric([cause, scope], 1.0 if (cause, scope) in current else 0.0)
-        for v in verdicts:
+        for i, v in enumerate(verdicts):
             confidence.add_metric([v.cause, v.scope], float(v.confidence))
+            rank.add_metric([v.cause, v.scope], float(i))
             seen: set[str] = set()
             for e in v.evidence:
                 if e.name in seen:
@@ -431,7 +438,7 @@ class DiagnosisCollector(_ViewCollector):
                 if e.threshold is not None:
                     threshold.add_metric([v.cause, v.scope, e.name], float(e.threshold))
         yield state
-        for fam in (confidence, evidence, threshold):
+        for fam in (confidence, rank, evidence, threshold):
             if fam.samples:
                 yield fam
 

@@ -70,13 +70,11 @@ def host_from_report(
                 first_limit=room.get("limit") or None,
             )
         )
-    verdicts = sorted(
-        (
-            FleetVerdict(str(v.get("cause")), str(v.get("scope")), _num(v.get("confidence")))
-            for v in report.get("verdicts") or ()
-        ),  # fmt: skip
-        key=lambda v: (-(v.confidence or 0.0), v.scope != "box", v.scope, v.cause),
-    )
+    # The snapshot lists its verdicts in the diagnosis's order already: keep it.
+    verdicts = [
+        FleetVerdict(str(v.get("cause")), str(v.get("scope")), _num(v.get("confidence")), float(i))
+        for i, v in enumerate(report.get("verdicts") or ())
+    ]
     stamp = _num(report.get("time"))
     return FleetHost(
         instance=instance,

@@ -8,6 +8,7 @@ have one. A reading that is absent stays None here and a dash on screen, never 0
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,9 +76,27 @@ class FleetVerdict:
     cause: str
     scope: str
     confidence: float | None
+    # The agent's own order (0 leads). A cap the scheduler imposes leads a confident GPU
+    # verdict it explains, so the most confident verdict is not always the cause.
+    rank: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"cause": self.cause, "scope": self.scope, "confidence": self.confidence}
+        return {
+            "cause": self.cause,
+            "scope": self.scope,
+            "confidence": self.confidence,
+            "rank": self.rank,
+        }
+
+    def order_key(self) -> tuple[float, float, bool, str, str]:
+        """The agent's order where it exported one; else the most confident first."""
+        return (
+            math.inf if self.rank is None else self.rank,
+            -(self.confidence or 0.0),
+            self.scope != "box",
+            self.scope,
+            self.cause,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +104,7 @@ class FleetHost:
     instance: str
     gpus: tuple[FleetGpu, ...] = ()
     engines: tuple[FleetEngine, ...] = ()
-    verdicts: tuple[FleetVerdict, ...] = ()  # most confident first
+    verdicts: tuple[FleetVerdict, ...] = ()  # in the agent's order (FleetVerdict.order_key)
     last_tick_age_s: float | None = None
     stale_after_s: float = STALE_AFTER_S
     present: bool = True  # Prometheus has the agent's series now (its last scrape worked)
@@ -214,6 +233,7 @@ def assemble(
     gpus: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
     engines: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {}
     verdicts: dict[str, list[FleetVerdict]] = {}
+    ranks: dict[tuple[str, str, str], float | None] = {}
     ages: dict[str, float | None] = {}
     now: dict[str, float | None] = {}
     hosts: set[str] = set()
@@ -244,6 +264,10 @@ def assemble(
                 verdicts.setdefault(host, []).append(
                     FleetVerdict(s.labels.get("cause", ""), s.labels.get("scope", ""), s.value)
                 )
+            elif name == "verdict_rank":
+                ranks[(host, s.labels.get("cause", ""), s.labels.get("scope", ""))] = _finite(
+                    s.value
+                )
             elif name == "last_tick_age":
                 ages[host] = _finite(s.value)
             elif name == "tick_age":
@@ -270,8 +294,11 @@ def assemble(
         )
         host_verdicts = tuple(
             sorted(
-                verdicts.get(host, ()),
-                key=lambda v: (-(v.confidence or 0.0), v.scope != "box", v.scope, v.cause),
+                (
+                    dataclasses.replace(v, rank=ranks.get((host, v.cause, v.scope)))
+                    for v in verdicts.get(host, ())
+                ),
+                key=FleetVerdict.order_key,
             )
         )
         out.append(

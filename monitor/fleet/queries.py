@@ -42,6 +42,7 @@ def fleet_queries(host_label: str, matchers: str = "") -> dict[str, str]:
     )
     # Only current verdicts carry a confidence, so this one family lists them all.
     out["verdicts"] = f"max by ({host_label}, cause, scope) (headroom_diagnosis_confidence{sel})"
+    out["verdict_rank"] = f"max by ({host_label}, cause, scope) (headroom_diagnosis_rank{sel})"
     # Now: the agents Prometheus still has (a dead agent's series end at its failed scrape).
     out["tick_age"] = (
         f"time() - max by ({host_label}) (headroom_agent_last_tick_timestamp_seconds{sel})"

@@ -28,6 +28,7 @@ FAMILIES = (
     "headroom_engine_load_headroom_ratio",
     "headroom_engine_first_limit",
     "headroom_diagnosis_confidence",
+    "headroom_diagnosis_rank",
     "headroom_agent_last_tick_timestamp_seconds",
 )
 
@@ -115,12 +116,14 @@ def host(
     util: float | None = 0.5,
     age: float | None = 1.0,
     verdicts: Sequence[tuple[str, str, float]] = (),
+    ranked: bool = False,
     engines: Sequence[Mapping[str, Any]] = (),
     model: str = "NVIDIA H200",
     gone: bool = False,
 ) -> None:
     """One host's series: a GPU per ``sm`` entry (None: no SM series for that GPU). ``gone``:
-    the agent's last tick is only in the range query (its series ended), nothing else is."""
+    the agent's last tick is only in the range query (its series ended), nothing else is.
+    ``ranked``: the agent also exports its order, ``verdicts`` as listed."""
     base = {"instance": instance}
     if gone:
         if age is not None:
@@ -132,9 +135,11 @@ def host(
             canned.add("headroom_gpu_utilization_ratio", gpu, util)
         if s is not None:
             canned.add("headroom_gpu_sm_active_ratio", gpu, s)
-    for cause, scope, confidence in verdicts:
+    for i, (cause, scope, confidence) in enumerate(verdicts):
         canned.add("headroom_diagnosis_confidence", {**base, "cause": cause, "scope": scope},
                    confidence)  # fmt: skip
+        if ranked:
+            canned.add("headroom_diagnosis_rank", {**base, "cause": cause, "scope": scope}, i)
     for e in engines:
         labels = {**base, "url": e.get("url", "http://127.0.0.1:8000/metrics"),
                   "model_name": e.get("model_name", "m"), "engine": "0"}  # fmt: skip

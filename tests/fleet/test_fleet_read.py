@@ -86,6 +86,21 @@ def test_missing_readings_are_null_and_dashes_not_zero(capsys: pytest.CaptureFix
     assert cells[1:] == ["-", "-", "-", "40%", "-", "3.0", "0.0", "-"]
 
 
+def test_the_headline_cause_is_the_one_the_agent_leads_with(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The simulator's starved box: its GPU reads memory-bound with more confidence (0.90) than
+    # the engine's starved (0.85), and the diagnosis leads with starved (more load is the fix;
+    # the busy GPU is what light decode looks like). The fleet says what snapshot says.
+    canned = Canned()
+    scope = "engine:m/0@http://127.0.0.1:8000/metrics"
+    host(canned, "box-a", [0.77], verdicts=[("starved", scope, 0.85), ("memory-bound", "gpu:0", 0.9)],
+         ranked=True)  # fmt: skip
+    h = fleet_json(capsys, canned)["hosts"][0]
+    assert (h["cause"], h["confidence"]) == ("starved", 0.85)
+    assert [(v["cause"], v["rank"]) for v in h["verdicts"]] == [("starved", 0), ("memory-bound", 1)]
+
+
 def test_verdicts_engines_and_the_headline_cause(capsys: pytest.CaptureFixture[str]) -> None:
     canned = Canned()
     scope = "engine:m/0@http://127.0.0.1:8000/metrics"
