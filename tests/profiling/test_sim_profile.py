@@ -35,6 +35,11 @@ def test_the_profile_names_the_detokeniser_and_the_scheduler_in_their_split() ->
     cpu = next(v for v in report["verdicts"] if v["cause"] == "cpu-bound")
     assert "detokenize (simulator/realtime.py:" in cpu["summary"]
     assert "schedule (simulator/realtime.py:" in cpu["summary"]
-    assert cpu["fix"].startswith("detokenising and streaming dominate")
+    # The scenario splits about 57/43: a busy machine's sampling can tip it either way, and the
+    # fix must follow the profile it shows.
+    if shares["detokenize"] >= shares["schedule"]:
+        assert cpu["fix"].startswith("detokenising and streaming dominate"), cpu["fix"]
+    else:
+        assert cpu["fix"].startswith("scheduling dominates"), cpu["fix"]
     (entry,) = [e for e in cpu["evidence"] if e["name"] == "cpu_profile"]
     assert entry["profile"]["functions"] == prof["functions"]
