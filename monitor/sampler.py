@@ -49,6 +49,10 @@ class Sampler:
         )
         self.load_provider: Callable[[], tuple[tuple[str, float], ...]] | None = None
 
+    @property
+    def capacity(self) -> int | None:
+        return self._ring.maxlen
+
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
