@@ -328,7 +328,14 @@ class Agent:
         # The ring only needs the diagnosis window (plus its baseline snapshot): keeping
         # hours of snapshots would make memory grow with uptime for nothing.
         capacity = int(math.ceil(config.window / config.interval)) + 8
-        self.sampler = Sampler(self.sources, interval=config.interval, capacity=capacity)
+        # A slow endpoint must not hold the others' readings: a tick waits for its sources
+        # at most most of an interval, and a late reading joins the next tick.
+        self.sampler = Sampler(
+            self.sources,
+            interval=config.interval,
+            capacity=capacity,
+            max_wait_s=0.8 * config.interval,
+        )
         self.sampler.subscribe(self.stats.on_snapshot)
         # At ticks under a second, verdicts are judged once a second (hysteresis counts
         # diagnoses): the window still takes every reading.
@@ -383,6 +390,16 @@ class Agent:
             return "stale", {"status": "stale", "reason": "no tick yet"}
         age = time.monotonic() - latest.t
         status = "ok" if age <= self.config.stale_after_s else "stale"
+        # A GPU or host read that hangs (a stuck driver) no longer stops the ticks, but the
+        # box is not watched: stale, as when sampling itself stalls. An engine that is down
+        # or slow is the engine's trouble, not the agent's: named below, still 200.
+        stuck = [
+            (s.name, quiet)
+            for s, quiet in self.sampler.stuck()
+            if s.name not in _HTTP_SOURCES and quiet > self.config.stale_after_s
+        ]
+        if stuck and status == "ok":
+            status = "stale"
         # What is stale, by name: a source (or one of its targets) without data for longer
         # than stale_after_s, and what it last said if it is failing.
         messages = {e.source: e.message for e in latest.errors}
@@ -400,13 +417,16 @@ class Agent:
             for (source, target), quiet in ages.items()
             if quiet > self.config.stale_after_s
         ]
-        return status, {
+        body: dict[str, Any] = {
             "status": status,
             "last_tick_age_s": round(age, 3),
             "stale_after_s": self.config.stale_after_s,
             "errors": len(latest.errors),
             "stale_sources": stale,
         }
+        if stuck:
+            body["reason"] = "; ".join(f"{name} read stuck for {q:.1f} s" for name, q in stuck)
+        return status, body
 
     def start(self) -> None:
         self.sampler.start()
