@@ -105,6 +105,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=10.0)
     ap.add_argument("--workload", choices=("matmul", "cpu", "none"), default="cpu")
     ap.add_argument("--nvitop", action="store_true", help="run nvitop-exporter beside")
+    ap.add_argument("--nvitop-path", help="where nvitop-exporter is installed (pip --target)")
     ap.add_argument("--no-nvml", action="store_true", help="no GPU here: agents without NVML")
     ap.add_argument("--before", type=Path, help="a checkout of the code before the change")
     ap.add_argument("--configs", help="comma-separated subset")
@@ -158,14 +159,16 @@ def main() -> None:
     time.sleep(2.0)
     for name, (argv, cwd) in configs.items():
         port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(cwd)}
+        # This checkout (or the one before) first, then what the path held (wheels).
+        path = os.pathsep.join([str(cwd), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "PYTHONPATH": path}
         procs[name] = (
             subprocess.Popen(
                 [sys.executable, *argv, "--listen", f"127.0.0.1:{port}"],
                 cwd=cwd,
                 env=env,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
             ),
             port,
         )
@@ -175,21 +178,17 @@ def main() -> None:
             subprocess.Popen([sys.executable, __file__, "--bare-nvml", str(port)]),
             port,
         )
-    if args.nvitop and shutil.which("nvitop-exporter"):
+    if args.nvitop and (args.nvitop_path or shutil.which("nvitop-exporter")):
         port = free_port()
+        exporter = ["nvitop-exporter"]
+        nv_env = dict(os.environ)
+        if args.nvitop_path:
+            exporter = [sys.executable, "-m", "nvitop_exporter"]
+            nv_env["PYTHONPATH"] = args.nvitop_path
+        argv = [*exporter, "--bind-address", "127.0.0.1", "--port", str(port), "--interval", "1"]
         procs["nvitop-exporter --interval 1"] = (
             subprocess.Popen(
-                [
-                    "nvitop-exporter",
-                    "--bind-address",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--interval",
-                    "1",
-                ],  # fmt: skip
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                argv, env=nv_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             ),
             port,
         )
