@@ -156,13 +156,18 @@ class PageServer:
         self.t0 = t0
         self.port = 0
         self.httpd: ThreadingHTTPServer | None = None
+        self.conns: set[socket.socket] = set()
         self.start()
 
     def start(self) -> None:
-        page, t0 = self.page, self.t0
+        page, t0, conns = self.page, self.t0, self.conns
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                conns.add(self.connection)
 
             def do_GET(self) -> None:  # noqa: N802
                 if page.mode == "slow":
@@ -193,6 +198,13 @@ class PageServer:
             self.httpd.shutdown()
             self.httpd.server_close()
             self.httpd = None
+        for conn in list(self.conns):  # kept-alive connections too: a down server answers none
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            except OSError:
+                pass
+        self.conns.clear()
 
 
 # ---------------------------------------------------------------- the harness

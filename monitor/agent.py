@@ -37,6 +37,8 @@ log = logging.getLogger("monitor.agent")
 # At ticks under this, the HTTP sources are read this often (monitor.sources.paced).
 ENGINE_EVERY_S = 1.0
 _HTTP_SOURCES = ("vllm", "dcgm-exporter")
+# Read in the sampler's thread: local reads, cheaper than a hand-off to a worker.
+_LOCAL_SOURCES = ("nvml", "dcgm", "host")
 
 try:
     from importlib.metadata import version as _pkg_version
@@ -335,6 +337,7 @@ class Agent:
             interval=config.interval,
             capacity=capacity,
             max_wait_s=0.8 * config.interval,
+            inline=_LOCAL_SOURCES,
         )
         self.sampler.subscribe(self.stats.on_snapshot)
         # At ticks under a second, verdicts are judged once a second (hysteresis counts

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from monitor.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
@@ -31,6 +31,7 @@ class Sampler:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         max_wait_s: float | None = None,
+        inline: Collection[str] = (),
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -55,6 +56,11 @@ class Sampler:
         self.max_wait_s = max_wait_s
         self._pending: dict[int, Future[Reading]] = {}
         self._pending_since: dict[int, float] = {}  # clock when each pending read began
+        # Sources (by name) read in the sampler's own thread under max_wait_s: local reads
+        # (NVML, /proc) that take well under a millisecond, where handing each to a worker
+        # thread and back would cost more than the read. One that hangs stalls the ticks,
+        # as a stuck driver should be seen to.
+        self.inline = frozenset(inline)
         # How late the last tick started against its deadline (seconds; run() only).
         self.lateness_s = 0.0
 
@@ -108,22 +114,28 @@ class Sampler:
 
     def _read_within(self, limit: float) -> list[Reading]:
         futures: list[tuple[int, Future[Reading]]] = []
+        local: list[int] = []
         now = self._clock()
         for i, source in enumerate(self.sources):
             fut = self._pending.pop(i, None)
             if fut is None:
+                due = getattr(source, "due", None)
+                if source.name in self.inline or (due is not None and not due()):
+                    local.append(i)  # a paced source between reads answers at once
+                    continue
                 fut = self._pool.submit(self._read_one, source)
                 self._pending_since[i] = now
             futures.append((i, fut))
-        wait([f for _, f in futures], timeout=limit)
-        readings = []
+        got = {i: self._read_one(self.sources[i]) for i in local}
+        if futures:
+            wait([f for _, f in futures], timeout=max(0.0, limit - (self._clock() - now)))
         for i, fut in futures:
             if fut.done():
-                readings.append(fut.result())
+                got[i] = fut.result()
                 self._pending_since.pop(i, None)
             else:
                 self._pending[i] = fut
-        return readings
+        return [got[i] for i in sorted(got)]  # in the sources' order, as map gives them
 
     def stuck(self) -> list[tuple[Source, float]]:
         """The sources whose read has not returned, and for how long (seconds)."""

@@ -35,6 +35,9 @@ class Paced:
     def __getattr__(self, attr: str) -> object:
         return getattr(self.source, attr)  # url, target, notes: the wrapped source's
 
+    def due(self) -> bool:
+        return self._clock() >= self._next
+
     def read(self) -> Reading:
         now = self._clock()
         if now < self._next:
