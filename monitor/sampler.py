@@ -114,6 +114,7 @@ class Sampler:
 
     def _read_within(self, limit: float) -> list[Reading]:
         futures: list[tuple[int, Future[Reading]]] = []
+        fresh: list[Future[Reading]] = []  # asked this tick: waited for, within the limit
         local: list[int] = []
         now = self._clock()
         for i, source in enumerate(self.sources):
@@ -125,10 +126,13 @@ class Sampler:
                     continue
                 fut = self._pool.submit(self._read_one, source)
                 self._pending_since[i] = now
+                fresh.append(fut)
             futures.append((i, fut))
         got = {i: self._read_one(self.sources[i]) for i in local}
-        if futures:
-            wait([f for _, f in futures], timeout=max(0.0, limit - (self._clock() - now)))
+        if fresh:
+            # A read still pending from an earlier tick is not waited for again: it would
+            # hold every tick it spans, and the snapshots' times would wander.
+            wait(fresh, timeout=max(0.0, limit - (self._clock() - now)))
         for i, fut in futures:
             if fut.done():
                 got[i] = fut.result()
