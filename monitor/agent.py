@@ -341,13 +341,13 @@ class Agent:
         )
         self.sampler.subscribe(self.stats.on_snapshot)
         # At ticks under a second, verdicts are judged once a second (hysteresis counts
-        # diagnoses): the window still takes every reading.
+        # diagnoses): the window still takes every reading. At a second or more, every tick.
         self.monitor = Monitor(
             self.sampler,
             diagnoser,
             window_s=config.window,
             notes=self.notes,
-            diagnose_every_s=1.0,
+            diagnose_every_s=1.0 if config.interval < 1.0 else 0.0,
         )
         from monitor.profiling.runner import Profiler
 

@@ -7,9 +7,11 @@ histogram deltas per pair of readings, added when a snapshot enters and taken of
 when it leaves, and gives the same ``WindowStats`` that ``compute_window`` gives over
 the same snapshots (tests/core/test_window_live.py replays readings through both).
 
-Float sums that are added to and taken from drift by a few ulps; each group sums
-itself afresh once as many snapshots have left as it holds (amortised O(1)), and a
-sum whose values are all zero reads exactly zero.
+Means and float sums are summed from their values when asked (once a step), in the
+order the full recomputation sums them: a running float total that is added to and taken
+from drifts by a few ulps, enough to turn 0.285 into 0.28500000000000003 and a "28%" in a
+verdict into "29%". What costs per reading stays incremental: histogram buckets (counts,
+exact in floats), extremes, series and the pairing of counter readings.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from functools import reduce
+from operator import add
 from typing import Any
 
 from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot
@@ -46,33 +50,44 @@ from monitor.window import (
 
 
 class _Sum:
-    """Sum and count of the present values (None skipped); zero when every value was zero."""
+    """The present values in order (None skipped), summed when asked as ``sum()`` sums
+    the same list: the same float, bit for bit, as the full recomputation."""
 
-    __slots__ = ("total", "n", "nonzero")
+    __slots__ = ("seqs", "values")
 
     def __init__(self) -> None:
-        self.total = 0.0
-        self.n = 0
-        self.nonzero = 0
+        self.seqs: deque[int] = deque()
+        self.values: deque[float] = deque()
 
-    def add(self, v: float | None) -> None:
+    def add(self, seq: int, v: float | None) -> None:
         if v is not None:
-            self.total += v
-            self.n += 1
-            if v:
-                self.nonzero += 1
+            self.seqs.append(seq)
+            self.values.append(v)
 
-    def remove(self, v: float | None) -> None:
-        if v is not None:
-            self.total -= v
-            self.n -= 1
-            if v:
-                self.nonzero -= 1
+    def evict(self, seq: int) -> None:
+        if self.seqs and self.seqs[0] == seq:
+            self.seqs.popleft()
+            self.values.popleft()
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def total(self) -> float:
+        return sum(self.values)
 
     def mean(self) -> float | None:
-        if not self.n:
-            return None
-        return self.total / self.n if self.nonzero else 0.0
+        return sum(self.values) / len(self.values) if self.values else None
+
+
+class _LoopSum(_Sum):
+    """Summed left to right as ``total += v`` (counter_increase and histogram_delta's
+    loops), not as ``sum()``, which compensates its rounding from Python 3.12."""
+
+    __slots__ = ()
+
+    def total(self) -> float:
+        return reduce(add, self.values, 0.0)
 
 
 class _Extreme:
@@ -134,7 +149,7 @@ class _CounterIncrease:
     def __init__(self) -> None:
         # (seq, value, increase from the previous present reading; 0 for the first)
         self.items: deque[tuple[int, float, float]] = deque()
-        self.inc = _Sum()
+        self.inc = _LoopSum()
 
     def add(self, seq: int, v: float | None) -> None:
         if v is None:
@@ -142,7 +157,7 @@ class _CounterIncrease:
         if self.items:
             prev = self.items[-1][1]
             d = v - prev if v >= prev else v
-            self.inc.add(d)
+            self.inc.add(seq, d)
         else:
             d = 0.0
         self.items.append((seq, v, d))
@@ -154,13 +169,13 @@ class _CounterIncrease:
         items.popleft()
         if items:
             s, v, d = items[0]
-            self.inc.remove(d)  # the new first reading has no baseline in the window
+            self.inc.evict(s)  # the new first reading has no baseline in the window
             items[0] = (s, v, 0.0)
 
     def value(self) -> float | None:
         if len(self.items) < 2:
             return None
-        return self.inc.total if self.inc.nonzero else 0.0
+        return self.inc.total()
 
 
 class _HistogramDelta:
@@ -174,19 +189,19 @@ class _HistogramDelta:
     def __init__(self) -> None:
         # (seq, bounds, histogram, its contribution: (bucket deltas, sum, count) or None)
         self.items: deque[tuple[int, tuple[float, ...], Histogram, Any]] = deque()
+        # Bucket and count deltas are whole numbers: exact in floats whatever the order.
         self.acc: list[float] = []
-        self.acc_sum = 0.0
         self.acc_count = 0.0
+        self.acc_sum = _LoopSum()  # the sums' deltas are not: summed in order when asked
         self.changes = 0  # pairs whose bounds differ
 
     def _apply(self, contrib: Any, sign: float) -> None:
-        buckets, s, c = contrib
+        buckets, _, c = contrib
         acc = self.acc
         if len(acc) != len(buckets):
             self.acc = acc = [0.0] * len(buckets)
         for i, v in enumerate(buckets):
             acc[i] += sign * v
-        self.acc_sum += sign * s
         self.acc_count += sign * c
 
     def add(self, seq: int, h: Histogram | None) -> None:
@@ -208,6 +223,7 @@ class _HistogramDelta:
                         h.count - prev.count,
                     )
                 self._apply(contrib, 1.0)
+                self.acc_sum.add(seq, contrib[1])
         self.items.append((seq, bounds, h, contrib))
 
     def evict(self, seq: int) -> None:
@@ -216,13 +232,15 @@ class _HistogramDelta:
             return
         _, bounds, _, _ = items.popleft()
         if not items:
-            self.acc, self.acc_sum, self.acc_count, self.changes = [], 0.0, 0.0, 0
+            self.acc, self.acc_count, self.changes = [], 0.0, 0
+            self.acc_sum = _LoopSum()
             return
         s, nbounds, h, contrib = items[0]
         if nbounds != bounds:
             self.changes -= 1
         elif contrib is not None:
             self._apply(contrib, -1.0)
+            self.acc_sum.evict(s)
         items[0] = (s, nbounds, h, None)
 
     def value(self) -> Histogram | None:
@@ -232,7 +250,7 @@ class _HistogramDelta:
             return histogram_delta([h for _, _, h, _ in self.items])
         bounds = self.items[-1][1]
         return Histogram(
-            buckets=tuple(zip(bounds, self.acc)), sum=self.acc_sum, count=self.acc_count
+            buckets=tuple(zip(bounds, self.acc)), sum=self.acc_sum.total(), count=self.acc_count
         )
 
 
@@ -280,15 +298,15 @@ class _GpuGroup(_Group):
 
     def accumulate(self, seq: int, t: float, g: GpuSample) -> None:
         for name, acc in self.means.items():
-            acc.add(getattr(g, name))
+            acc.add(seq, getattr(g, name))
         self.util_max.add(seq, g.util)
         if g.throttle_reasons is not None:
             self.with_reasons += 1
             self.reasons.update(set(g.throttle_reasons))
 
     def drop(self, seq: int, g: GpuSample) -> None:
-        for name, acc in self.means.items():
-            acc.remove(getattr(g, name))
+        for acc in self.means.values():
+            acc.evict(seq)
         self.util_max.evict(seq)
         if g.throttle_reasons is not None:
             self.with_reasons -= 1
@@ -344,7 +362,7 @@ class _EngineGroup(_Group):
 
     def accumulate(self, seq: int, t: float, e: EngineSample) -> None:
         for name, acc in self.means.items():
-            acc.add(getattr(e, name))
+            acc.add(seq, getattr(e, name))
         self.running_max.add(seq, e.running)
         self.running_min.add(seq, e.running)
         self.waiting_max.add(seq, e.waiting)
@@ -362,8 +380,8 @@ class _EngineGroup(_Group):
             self.seq_cap = (seq, e.seq_cap_reported)
 
     def drop(self, seq: int, e: EngineSample) -> None:
-        for name, acc in self.means.items():
-            acc.remove(getattr(e, name))
+        for acc in self.means.values():
+            acc.evict(seq)
         for ext in (self.running_max, self.running_min, self.waiting_max, self.kv_max):
             ext.evict(seq)
         self.running.evict(seq)
@@ -463,10 +481,10 @@ class _HostGroup(_Group):
         self.freq = _Sum()
 
     def accumulate(self, seq: int, t: float, h: HostSample) -> None:
-        self.freq.add(h.cpu_freq_mhz)
+        self.freq.add(seq, h.cpu_freq_mhz)
 
     def drop(self, seq: int, h: HostSample) -> None:
-        self.freq.remove(h.cpu_freq_mhz)
+        self.freq.evict(seq)
 
     def stats(self) -> HostWindow:
         (_, t0, first, _), (_, t1, last, _) = self.entries[0], self.entries[-1]
@@ -536,7 +554,7 @@ class LiveWindow:
             acc = self._load_sums.get(k)
             if acc is None:
                 acc = self._load_sums[k] = _Sum()
-            acc.add(v)
+            acc.add(seq, v)
         self._trim()
 
     def _trim(self) -> None:
@@ -564,11 +582,11 @@ class LiveWindow:
                 del self._engines[key2]
         if snap.host is not None:
             self._host.evict(seq)
-        for k, v in snap.load:
+        for k, _ in snap.load:
             items = self._load[k]
             if items and items[0][0] == seq:
                 items.popleft()
-                self._load_sums[k].remove(v)
+                self._load_sums[k].evict(seq)
             if not items:
                 del self._load[k]
                 del self._load_sums[k]
@@ -587,7 +605,7 @@ class LiveWindow:
         )
         host = self._host.stats() if self._host.entries else None
         load = tuple(
-            (k, self._load_sums[k].mean() or 0.0)
+            (k, self._load_sums[k].total() / self._load_sums[k].n)
             for k in sorted(self._load, key=lambda k: self._load[k][0][0])
         )
         return WindowStats(
