@@ -30,8 +30,15 @@ from monitor.errors import ConfigError
 from monitor.exporter import SelfStats, build_registry
 from monitor.samples import SourceError
 from monitor.sources.base import Reading, Source
+from monitor.sources.paced import Paced
 
 log = logging.getLogger("monitor.agent")
+
+# At ticks under this, the HTTP sources are read this often (monitor.sources.paced).
+ENGINE_EVERY_S = 1.0
+_HTTP_SOURCES = ("vllm", "dcgm-exporter")
+# Read in the sampler's thread: local reads, cheaper than a hand-off to a worker.
+_LOCAL_SOURCES = ("nvml", "dcgm", "host")
 
 try:
     from importlib.metadata import version as _pkg_version
@@ -312,12 +319,36 @@ class Agent:
         self.notes = tuple(notes)
         self.stats = SelfStats()
         self.sources = [TrackedSource(s, self.stats) for s in sources]
+        if config.interval < ENGINE_EVERY_S:
+            # Engine and exporter pages (HTTP) are read once a second at faster ticks.
+            self.sources = [
+                Paced(s, ENGINE_EVERY_S, slack_s=config.interval / 2)
+                if s.name in _HTTP_SOURCES
+                else s
+                for s in self.sources
+            ]
         # The ring only needs the diagnosis window (plus its baseline snapshot): keeping
         # hours of snapshots would make memory grow with uptime for nothing.
         capacity = int(math.ceil(config.window / config.interval)) + 8
-        self.sampler = Sampler(self.sources, interval=config.interval, capacity=capacity)
+        # A slow endpoint must not hold the others' readings: a tick waits for its sources
+        # at most most of an interval, and a late reading joins the next tick.
+        self.sampler = Sampler(
+            self.sources,
+            interval=config.interval,
+            capacity=capacity,
+            max_wait_s=0.8 * config.interval,
+            inline=_LOCAL_SOURCES,
+        )
         self.sampler.subscribe(self.stats.on_snapshot)
-        self.monitor = Monitor(self.sampler, diagnoser, window_s=config.window, notes=self.notes)
+        # At ticks under a second, verdicts are judged once a second (hysteresis counts
+        # diagnoses): the window still takes every reading. At a second or more, every tick.
+        self.monitor = Monitor(
+            self.sampler,
+            diagnoser,
+            window_s=config.window,
+            notes=self.notes,
+            diagnose_every_s=1.0 if config.interval < 1.0 else 0.0,
+        )
         from monitor.profiling.runner import Profiler
 
         self.profiler = Profiler(
@@ -362,18 +393,51 @@ class Agent:
             return "stale", {"status": "stale", "reason": "no tick yet"}
         age = time.monotonic() - latest.t
         status = "ok" if age <= self.config.stale_after_s else "stale"
-        return status, {
+        # A GPU or host read that hangs (a stuck driver) no longer stops the ticks, but the
+        # box is not watched: stale, as when sampling itself stalls. An engine that is down
+        # or slow is the engine's trouble, not the agent's: named below, still 200.
+        stuck = [
+            (s.name, quiet)
+            for s, quiet in self.sampler.stuck()
+            if s.name not in _HTTP_SOURCES and quiet > self.config.stale_after_s
+        ]
+        if stuck and status == "ok":
+            status = "stale"
+        # What is stale, by name: a source (or one of its targets) without data for longer
+        # than stale_after_s, and what it last said if it is failing.
+        messages = {e.source: e.message for e in latest.errors}
+        ages = self.stats.source_ages(
+            [(s.name, s.target) for s in self.sources if s.target]
+            + [(s.name, "") for s in self.sources if not s.target]
+        )
+        stale = [
+            {
+                "source": source,
+                "target": target,
+                "no_data_for_s": round(quiet, 1),
+                "error": messages.get(source),
+            }
+            for (source, target), quiet in ages.items()
+            if quiet > self.config.stale_after_s
+        ]
+        body: dict[str, Any] = {
             "status": status,
             "last_tick_age_s": round(age, 3),
             "stale_after_s": self.config.stale_after_s,
             "errors": len(latest.errors),
+            "stale_sources": stale,
         }
+        if stuck:
+            body["reason"] = "; ".join(f"{name} read stuck for {q:.1f} s" for name, q in stuck)
+        return status, body
 
     def start(self) -> None:
         self.sampler.start()
         self._server_thread = threading.Thread(
             target=self.server.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            # The accept loop wakes this often only to see whether it should stop, and
+            # stop() wakes it at once: each wake costs CPU on an idle box.
+            kwargs={"poll_interval": 5.0},
             name="headroom-http",
             daemon=True,
         )
@@ -389,9 +453,23 @@ class Agent:
         for note in self.notes:
             log.info("note: %s", note)
 
+    def _wake_server(self) -> None:
+        host, port = self.address
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+        except OSError:
+            pass
+
     def stop(self) -> None:
         if self._server_thread is not None:
-            self.server.shutdown()
+            # shutdown() waits for the accept loop to see its flag; a connection wakes the
+            # loop from its long poll instead of waiting it out.
+            stopper = threading.Thread(target=self.server.shutdown, daemon=True)
+            stopper.start()
+            while stopper.is_alive():
+                self._wake_server()
+                stopper.join(0.05)
             self._server_thread.join(timeout=10)
             self._server_thread = None
         self.server.server_close()

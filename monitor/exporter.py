@@ -475,6 +475,15 @@ class SelfStats(Collector):
         with self._lock:
             self._last_success[(source, target)] = self._wall() if wall is None else wall
 
+    def source_ages(self, sources: Iterable[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        """Seconds since each (source, target) last gave data (since the start: never)."""
+        now = self._wall()
+        with self._lock:
+            return {
+                key: now - self._last_success.get(key, self._start)
+                for key in dict.fromkeys(sources)
+            }
+
     def last_tick_wall(self) -> float | None:
         with self._lock:
             return self._last_tick_wall

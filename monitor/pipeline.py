@@ -1,8 +1,11 @@
 """The watch pipeline: sampler -> window -> diagnosis -> report, shared by every face.
 
 `snapshot`, the agent, the TUI and the sweep all hold one Monitor; each new
-snapshot recomputes the window and the verdicts once, and readers take the
-latest report (an immutable, JSON-able dict) without touching any source.
+snapshot enters the live window (monitor.window_live: O(1) a tick, whatever the
+window's length), the verdicts are computed once a step (every snapshot, or every
+``diagnose_every_s`` for fast ticks), and the report is built when a reader first
+asks for it; readers take the latest (an immutable, JSON-able dict) without
+touching any source.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from monitor.report import build_report
 from monitor.sampler import Sampler
 from monitor.samples import Snapshot
 from monitor.window import WindowStats
+from monitor.window_live import LiveWindow
 
 
 class Monitor:
@@ -28,6 +32,7 @@ class Monitor:
         window_s: float = 10.0,
         notes: tuple[str, ...] = (),
         max_window_s: float | None = None,
+        diagnose_every_s: float = 0.0,
     ) -> None:
         self.sampler = sampler
         self.diagnoser = diagnoser if diagnoser is not None else Diagnoser()
@@ -42,6 +47,12 @@ class Monitor:
         self._diagnosis: Diagnosis | None = None
         self._report: dict[str, Any] | None = None
         self._window: WindowStats | None = None
+        # Verdicts hold over consecutive diagnoses: at 100 ms ticks, diagnosing each tick
+        # would cost more than the readings and judge nothing new (0: every snapshot).
+        self.diagnose_every_s = diagnose_every_s
+        self._live = LiveWindow(window_s, capacity=getattr(sampler, "capacity", None))
+        self._live_since: float | None = None
+        self._last_step: float | None = None
         self._cpu_profile: Any = None  # monitor.profiling.stacks.CpuProfile
         # Called with each new diagnosis and its window (the auto-profiler listens here).
         self.listeners: list[Callable[[Diagnosis, WindowStats], None]] = []
@@ -69,7 +80,7 @@ class Monitor:
         """Diagnose the latest window again (a profile just arrived)."""
         snap = self.sampler.latest()
         if snap is not None:
-            self._on_snapshot(snap)
+            self._on_snapshot(snap, force=True)
 
     def _with_profile(self, window: WindowStats) -> WindowStats:
         prof = self.cpu_profile()
@@ -79,23 +90,59 @@ class Monitor:
             return window  # that process has gone: its profile says nothing of the new one
         return dataclasses.replace(window, cpu_profile=prof)
 
-    def _on_snapshot(self, snap: Snapshot) -> None:
+    def _live_window(self, snap: Snapshot) -> WindowStats:
+        live = self._live
+        if live.latest is snap:
+            pass  # refresh(): the same reading, diagnosed again
+        elif (
+            live.latest is None
+            or live.seconds != self.window_s
+            or self._live_since != self._since
+            or snap.t <= live.latest.t
+        ):
+            # The window's length or start changed (or readings came out of order): take
+            # the ring afresh, as Sampler.window would.
+            since = self._since
+            snaps = [s for s in self.sampler.snapshots() if since is None or s.t >= since]
+            if not snaps or snaps[-1] is not snap:
+                snaps.append(snap)
+            live.rebuild(snaps, seconds=self.window_s)
+            self._live_since = since
+        else:
+            live.push(snap)
+        return live.stats()
+
+    def _due(self, snap: Snapshot) -> bool:
+        if self.diagnose_every_s <= 0 or self._last_step is None:
+            return True
+        # Ticks jitter: a step falls due a little early rather than a whole tick late.
+        return snap.t - self._last_step >= 0.95 * self.diagnose_every_s
+
+    def _on_snapshot(self, snap: Snapshot, force: bool = False) -> None:
         if self._restart_asked:
             self._restart_asked = False
             self._since = snap.t
-        window = self._with_profile(self.sampler.window(self.window_s, since=self._since))
+            self._last_step = None
+        if not (force or self._due(snap)):
+            self._live_window(snap)  # keep the window current; stats are not needed yet
+            return
+        self._last_step = snap.t
+        window = self._with_profile(self._live_window(snap))
         diagnosis = self.diagnoser.update(window)
-        report = build_report(window, diagnosis.verdicts, diagnosis.analyses, self.notes)
-        if self.max_window_s is not None:
-            # Faces say "widening" rather than "widen --window" when the window does it itself.
-            report["window_widens_to_s"] = self.max_window_s
         self._widen_for(diagnosis)
         with self._lock:
             self._window = window
             self._diagnosis = diagnosis
-            self._report = report
+            self._report = None  # built when a reader asks (report())
         for listener in self.listeners:
             listener(diagnosis, window)
+
+    def _build_report(self, window: WindowStats, diagnosis: Diagnosis) -> dict[str, Any]:
+        report = build_report(window, diagnosis.verdicts, diagnosis.analyses, self.notes)
+        if self.max_window_s is not None:
+            # Faces say "widening" rather than "widen --window" when the window does it itself.
+            report["window_widens_to_s"] = self.max_window_s
+        return report
 
     def _widen_for(self, diagnosis: Diagnosis) -> None:
         if self.max_window_s is None:
@@ -115,7 +162,16 @@ class Monitor:
 
     def report(self) -> dict[str, Any] | None:
         with self._lock:
-            return self._report
+            report, window, diagnosis = self._report, self._window, self._diagnosis
+        if report is not None or window is None or diagnosis is None:
+            return report
+        report = self._build_report(window, diagnosis)
+        with self._lock:
+            if self._diagnosis is diagnosis:
+                if self._report is not None:
+                    return self._report  # another reader built it first: one report a step
+                self._report = report
+        return report
 
     def diagnosis(self) -> Diagnosis | None:
         with self._lock:

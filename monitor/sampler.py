@@ -10,8 +10,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from monitor.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
 from monitor.sources.base import Reading, Source
@@ -30,6 +30,8 @@ class Sampler:
         capacity: int = 3600,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        max_wait_s: float | None = None,
+        inline: Collection[str] = (),
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -48,6 +50,23 @@ class Sampler:
             max_workers=max(1, len(self.sources)), thread_name_prefix="headroom-source"
         )
         self.load_provider: Callable[[], tuple[tuple[str, float], ...]] | None = None
+        # With a limit, a tick waits at most this long for its sources: one still reading
+        # (a page answering in 3 s) joins a later tick with what it read, and is not asked
+        # again meanwhile, so the others keep their pace. None: wait for every source.
+        self.max_wait_s = max_wait_s
+        self._pending: dict[int, Future[Reading]] = {}
+        self._pending_since: dict[int, float] = {}  # clock when each pending read began
+        # Sources (by name) read in the sampler's own thread under max_wait_s: local reads
+        # (NVML, /proc) that take well under a millisecond, where handing each to a worker
+        # thread and back would cost more than the read. One that hangs stalls the ticks,
+        # as a stuck driver should be seen to.
+        self.inline = frozenset(inline)
+        # How late the last tick started against its deadline (seconds; run() only).
+        self.lateness_s = 0.0
+
+    @property
+    def capacity(self) -> int | None:
+        return self._ring.maxlen
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -62,10 +81,12 @@ class Sampler:
     def tick(self) -> Snapshot:
         """Read every source once and append the snapshot to the ring."""
         t0 = self._clock()
-        if len(self.sources) == 1:
+        if len(self.sources) == 1 and self.max_wait_s is None:
             readings = [self._read_one(self.sources[0])]
-        else:
+        elif self.max_wait_s is None:
             readings = list(self._pool.map(self._read_one, self.sources))
+        else:
+            readings = self._read_within(self.max_wait_s)
         gpus: list[GpuSample] = []
         engines: list[EngineSample] = []
         errors: list[SourceError] = []
@@ -90,6 +111,41 @@ class Sampler:
         )
         self.push(snap)
         return snap
+
+    def _read_within(self, limit: float) -> list[Reading]:
+        futures: list[tuple[int, Future[Reading]]] = []
+        fresh: list[Future[Reading]] = []  # asked this tick: waited for, within the limit
+        local: list[int] = []
+        now = self._clock()
+        for i, source in enumerate(self.sources):
+            fut = self._pending.pop(i, None)
+            if fut is None:
+                due = getattr(source, "due", None)
+                if source.name in self.inline or (due is not None and not due()):
+                    local.append(i)  # a paced source between reads answers at once
+                    continue
+                fut = self._pool.submit(self._read_one, source)
+                self._pending_since[i] = now
+                fresh.append(fut)
+            futures.append((i, fut))
+        got = {i: self._read_one(self.sources[i]) for i in local}
+        if fresh:
+            # A read still pending from an earlier tick is not waited for again: it would
+            # hold every tick it spans, and the snapshots' times would wander.
+            wait(fresh, timeout=max(0.0, limit - (self._clock() - now)))
+        for i, fut in futures:
+            if fut.done():
+                got[i] = fut.result()
+                self._pending_since.pop(i, None)
+            else:
+                self._pending[i] = fut
+        return [got[i] for i in sorted(got)]  # in the sources' order, as map gives them
+
+    def stuck(self) -> list[tuple[Source, float]]:
+        """The sources whose read has not returned, and for how long (seconds)."""
+        now = self._clock()
+        pending = dict(self._pending_since)
+        return [(self.sources[i], now - t) for i, t in pending.items() if i in self._pending]
 
     def push(self, snap: Snapshot) -> None:
         """Append a snapshot (from a tick, or from a replay) and tell the listeners."""
@@ -138,6 +194,7 @@ class Sampler:
         start = self._clock()
         deadline = start
         while not self._stop.is_set():
+            self.lateness_s = max(0.0, self._clock() - deadline)
             self.tick()
             deadline += self.interval
             now = self._clock()

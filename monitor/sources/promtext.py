@@ -154,6 +154,19 @@ def _simple_sample(line: str) -> Sample | None:
     return Sample(name, dict(labels) if labels else {}, value)
 
 
+# Per set of wanted names (the flavours' frozensets, made once): line prefix -> unwanted.
+_SKIPPED: dict[frozenset[str], dict[str, bool]] = {}
+
+
+def _skip_cache(names: frozenset[str]) -> dict[str, bool]:
+    cache = _SKIPPED.get(names)
+    if cache is None:
+        if len(_SKIPPED) >= 16:
+            _SKIPPED.clear()
+        cache = _SKIPPED[names] = {}
+    return cache
+
+
 @dataclass(frozen=True, slots=True)
 class _Family:
     """A run of lines that prometheus-client would read from a fresh state.
@@ -175,6 +188,8 @@ def _split_families(lines: Iterable[str], names: Collection[str] | None) -> Iter
     # afresh and may be read apart. None: unknown, after a comment the fast
     # path cannot read; no split until the next comment names the family.
     last: str | None = ""
+    remember = isinstance(names, frozenset)
+    skipped = _skip_cache(names) if remember else {}
     for line in lines:
         if not line:
             continue
@@ -199,8 +214,19 @@ def _split_families(lines: Iterable[str], names: Collection[str] | None) -> Iter
             if events is not None:
                 events.append(("HELP", fam, "") if help_name else ("TYPE", fam, typ))
             continue
-        if names is not None and _sample_name(line) not in names:
-            continue
+        if names is not None:
+            # The name ends at or before the first space, so the text before the last
+            # space decides it: a repeated series (most of each scrape) costs one lookup.
+            prefix = line.rpartition(" ")[0]
+            skip = skipped.get(prefix) if prefix else None
+            if skip is None:
+                skip = _sample_name(line) not in names
+                if prefix and remember:
+                    if len(skipped) >= _MAX_PREFIXES:
+                        skipped.clear()
+                    skipped[prefix] = skip
+            if skip:
+                continue
         buf.append(line)
         sample = _simple_sample(line) if events is not None else None
         if sample is not None:

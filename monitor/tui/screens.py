@@ -58,6 +58,17 @@ WIDE = 150
 class StatusBar(Static):
     """One line on top: where data comes from, how often, and whether paused or recording."""
 
+    _shown: object = None
+
+    def update(self, content: Any = "", *, layout: bool = True) -> None:
+        # The same line again repaints nothing, and a new one repaints this line alone: a
+        # layout pass would repaint the whole screen every tick.
+        if content == self._shown:
+            return
+        first = self._shown is None
+        self._shown = content
+        super().update(content, layout=layout and first)
+
 
 class DataScreen(Screen):
     """A screen that redraws from the app's View."""
@@ -171,6 +182,8 @@ class DetailBody(Widget):
         self.text = Text()
 
     def set_text(self, text: Text) -> None:
+        if text == self.text:
+            return  # the same detail again: nothing to repaint
         self.text = text
         self.refresh(layout=True)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.widget import Widget
 
 from monitor.report import engine_title, missing_notes
@@ -60,8 +60,32 @@ def meter(
     text.append("\n")
 
 
+class _QuietTitle:
+    """A border title that repaints only when it changes: Textual's repaints the whole
+    widget on every assignment, and panels set theirs each time they draw."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.key = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = f"_shown_{name}"
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self.inner if obj is None else self.inner.__get__(obj, objtype)
+
+    def __set__(self, obj: Any, title: Any) -> None:
+        if self.key in obj.__dict__ and obj.__dict__[self.key] == title:
+            return
+        obj.__dict__[self.key] = title
+        self.inner.__set__(obj, title)
+
+
 class Panel(Widget, can_focus=True):
     """A bordered, focusable block of text that redraws from the app's View."""
+
+    border_title = _QuietTitle(Widget.__dict__["border_title"])
+    border_subtitle = _QuietTitle(Widget.__dict__["border_subtitle"])
 
     DEFAULT_CSS = """
     Panel { height: auto; }
@@ -71,17 +95,36 @@ class Panel(Widget, can_focus=True):
         super().__init__(id=id, classes=classes)
         self.view = View()
         self.leaving = False  # removal asked for, not yet done
+        # (width, text, its lines) as last drawn: a view that draws the same text repaints
+        # nothing, and one of the same height repaints only the lines that changed (people
+        # leave this open over SSH: a whole-screen repaint each second is ~15 KB/s).
+        self._drawn: tuple[int, Text, list[Text]] | None = None
 
     def update_view(self, view: View) -> None:
         self.view = view
-        self.refresh(layout=True)
+        width = self.width
+        text = self.draw(width)
+        text.rstrip()
+        drawn = self._drawn
+        if drawn is not None and drawn[0] == width and drawn[1] == text:
+            return
+        lines = list(text.wrap(self.app.console, max(1, width)))
+        self._drawn = (width, text, lines)
+        if drawn is None or drawn[0] != width or len(drawn[2]) != len(lines):
+            self.refresh(layout=True)
+            return
+        changed = [y for y, (old, new) in enumerate(zip(drawn[2], lines)) if old != new]
+        self.refresh(*(Region(0, y, width, 1) for y in changed))
 
     @property
     def width(self) -> int:
         return max(20, self.content_size.width or 76)
 
     def render(self) -> Text:
-        text = self.draw(self.width)
+        width = self.width
+        if self._drawn is not None and self._drawn[0] == width:
+            return self._drawn[1]
+        text = self.draw(width)
         text.rstrip()
         return text
 
@@ -478,8 +521,12 @@ class SectionNotice(Widget):
         self.view = View()
 
     def update_view(self, view: View) -> None:
+        before = self.render()
         self.view = view
-        self.display = bool(self.render().plain)
+        text = self.render()
+        if text == before and self.display == bool(text.plain):
+            return  # nothing to repaint
+        self.display = bool(text.plain)
         self.refresh(layout=True)
 
     def render(self) -> Text:
@@ -500,8 +547,12 @@ class NotesPanel(Widget):
         self.view = View()
 
     def update_view(self, view: View) -> None:
+        before = self.render()
         self.view = view
-        self.display = bool(self.render().plain)
+        text = self.render()
+        if text == before and self.display == bool(text.plain):
+            return  # nothing to repaint
+        self.display = bool(text.plain)
         self.refresh(layout=True)
 
     def render(self) -> Text:

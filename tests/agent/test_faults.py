@@ -124,3 +124,28 @@ def test_fifty_scrapers_at_once(start_agent) -> None:
         )
     )
     assert get(agent.url + "/healthz").status_code == 200
+
+
+def test_a_slow_engine_holds_neither_the_ticks_nor_the_gpu_readings(start_agent) -> None:
+    """A page answering in 3 s (within the timeout): the ticks keep their pace, the GPU is read
+    every tick, and /healthz names the engine as stale while staying 200."""
+    endpoint = Endpoint(VLLM_TEXT)
+    gpu = FakeGpuSource()
+    agent = start_agent([VllmSource(endpoint.url, timeout=10.0), gpu], stale_after=2.0)
+    metrics = agent.url + "/metrics"
+    wait_until(lambda: series(get(metrics).text, "headroom_engine_requests_running"))
+    endpoint.delay = 3.0
+    time.sleep(1.5)  # the read under way when the delay began has ended
+    reads, ticks = gpu.reads, agent.sampler.snapshots()[-1].t
+    time.sleep(4.0)
+    # At 0.2 s ticks, ~20 in 4 s; waiting on the page would allow one or two.
+    assert gpu.reads - reads >= 8
+    assert agent.sampler.snapshots()[-1].t - ticks >= 3.0
+    health = wait_until(
+        lambda: (h := get(agent.url + "/healthz").json())["stale_sources"] and h, timeout=10
+    )
+    assert get(agent.url + "/healthz").status_code == 200
+    assert [s["source"] for s in health["stale_sources"]] == ["vllm"]
+    endpoint.delay = 0.0
+    wait_until(lambda: not get(agent.url + "/healthz").json()["stale_sources"], timeout=15)
+    endpoint.stop()

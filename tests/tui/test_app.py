@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -390,3 +391,41 @@ async def test_shift_w_starts_and_stops_a_sweep_and_the_view_follows_it(
         assert "saturation: not found yet" in visible(app)
         await pilot.press("W")
         assert not launcher.running
+
+
+async def test_a_view_that_draws_the_same_repaints_nothing(
+    seq_cap: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over SSH each repaint is bytes on the wire: publishing the same data again must leave
+    every panel alone, and a change must repaint only the panel lines that changed."""
+    from monitor.tui.widgets import Panel
+
+    calls: list[tuple[str, tuple[object, ...], bool]] = []
+    real = Panel.refresh
+
+    def counting(self, *regions, **kw):  # type: ignore[no-untyped-def]
+        calls.append((type(self).__name__, regions, bool(kw.get("layout"))))
+        return real(self, *regions, **kw)
+
+    app = paused_app(seq_cap)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app._publish()  # panels drawn before the first layout are drawn again at their width
+        await pilot.pause()
+        monkeypatch.setattr(Panel, "refresh", counting)
+        app._publish()
+        await pilot.pause()
+        assert calls == []  # the same report again: nothing repainted
+        # One figure changes: the engine panel repaints that line alone, no layout pass.
+        latest = app._latest
+        assert latest is not None and latest.report is not None
+        engines = [dict(e) for e in latest.report["engines"]]
+        engines[0]["waiting"] = (engines[0].get("waiting") or 0) + 7
+        report = {**latest.report, "engines": engines}
+        app._latest = dataclasses.replace(latest, report=report)
+        app._publish()
+        await pilot.pause()
+        engine = [c for c in calls if c[0] == "EnginePanel"]
+        assert engine and not any(layout for _, _, layout in engine)
+        (regions,) = [r for _, r, _ in engine]
+        assert 1 <= len(regions) <= 3 and all(r.height == 1 for r in regions)  # type: ignore[attr-defined]

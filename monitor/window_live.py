@@ -1,0 +1,621 @@
+"""The sliding window kept up to date as snapshots enter and leave it.
+
+``compute_window`` re-aggregates every snapshot of the window, so a tick's cost grew
+with the window (100 ms ticks over 10 s: a hundred histograms re-differenced each
+tick). ``LiveWindow`` holds running sums, monotonic deques for the extremes and
+histogram deltas per pair of readings, added when a snapshot enters and taken off
+when it leaves, and gives the same ``WindowStats`` that ``compute_window`` gives over
+the same snapshots (tests/core/test_window_live.py replays readings through both).
+
+Means and float sums are summed from their values when asked (once a step), in the
+order the full recomputation sums them: a running float total that is added to and taken
+from drifts by a few ulps, enough to turn 0.285 into 0.28500000000000003 and a "28%" in a
+verdict into "29%". What costs per reading stays incremental: histogram buckets (counts,
+exact in floats), extremes, series and the pairing of counter readings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from functools import reduce
+from operator import add
+from typing import Any
+
+from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot
+from monitor.window import (
+    _GPU_MEANS,
+    DECODE,
+    E2E,
+    ITERATION_TOKENS,
+    ITL,
+    PREFILL,
+    QUEUE,
+    TPOT,
+    TTFT,
+    EngineWindow,
+    GpuWindow,
+    HostWindow,
+    WindowStats,
+    _engine_key,
+    _gpu_key,
+    _int_or_none,
+    compute_window,
+    histogram_delta,
+    histogram_mean,
+    histogram_quantile,
+    host_window,
+)
+
+
+class _Sum:
+    """The present values in order (None skipped), summed when asked as ``sum()`` sums
+    the same list: the same float, bit for bit, as the full recomputation."""
+
+    __slots__ = ("seqs", "values")
+
+    def __init__(self) -> None:
+        self.seqs: deque[int] = deque()
+        self.values: deque[float] = deque()
+
+    def add(self, seq: int, v: float | None) -> None:
+        if v is not None:
+            self.seqs.append(seq)
+            self.values.append(v)
+
+    def evict(self, seq: int) -> None:
+        if self.seqs and self.seqs[0] == seq:
+            self.seqs.popleft()
+            self.values.popleft()
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def total(self) -> float:
+        return sum(self.values)
+
+    def mean(self) -> float | None:
+        return sum(self.values) / len(self.values) if self.values else None
+
+
+class _LoopSum(_Sum):
+    """Summed left to right as ``total += v`` (counter_increase and histogram_delta's
+    loops), not as ``sum()``, which compensates its rounding from Python 3.12."""
+
+    __slots__ = ()
+
+    def total(self) -> float:
+        return reduce(add, self.values, 0.0)
+
+
+class _Extreme:
+    """Sliding max (or min) of present values: a monotonic deque of (seq, value)."""
+
+    __slots__ = ("items", "better")
+
+    def __init__(self, better: Callable[[float, float], bool]) -> None:
+        self.items: deque[tuple[int, float]] = deque()
+        self.better = better  # better(new, old): old can never be the extreme again
+
+    def add(self, seq: int, v: float | None) -> None:
+        if v is None:
+            return
+        items = self.items
+        while items and not self.better(items[-1][1], v):
+            items.pop()
+        items.append((seq, v))
+
+    def evict(self, seq: int) -> None:
+        if self.items and self.items[0][0] == seq:
+            self.items.popleft()
+
+    def value(self) -> float | None:
+        return self.items[0][1] if self.items else None
+
+
+def _gt(a: float, b: float) -> bool:
+    return a > b
+
+
+def _lt(a: float, b: float) -> bool:
+    return a < b
+
+
+class _Series:
+    """The present values in order, with their seqs (for series, first and last)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[int, float]] = deque()
+
+    def add(self, seq: int, v: float | None) -> None:
+        if v is not None:
+            self.items.append((seq, v))
+
+    def evict(self, seq: int) -> None:
+        if self.items and self.items[0][0] == seq:
+            self.items.popleft()
+
+
+class _CounterIncrease:
+    """``counter_increase`` over the window: the increase between consecutive present
+    readings (a decrease is a restart: the new value counts), summed."""
+
+    __slots__ = ("items", "inc")
+
+    def __init__(self) -> None:
+        # (seq, value, increase from the previous present reading; 0 for the first)
+        self.items: deque[tuple[int, float, float]] = deque()
+        self.inc = _LoopSum()
+
+    def add(self, seq: int, v: float | None) -> None:
+        if v is None:
+            return
+        if self.items:
+            prev = self.items[-1][1]
+            d = v - prev if v >= prev else v
+            self.inc.add(seq, d)
+        else:
+            d = 0.0
+        self.items.append((seq, v, d))
+
+    def evict(self, seq: int) -> None:
+        items = self.items
+        if not items or items[0][0] != seq:
+            return
+        items.popleft()
+        if items:
+            s, v, d = items[0]
+            self.inc.evict(s)  # the new first reading has no baseline in the window
+            items[0] = (s, v, 0.0)
+
+    def value(self) -> float | None:
+        if len(self.items) < 2:
+            return None
+        return self.inc.total()
+
+
+class _HistogramDelta:
+    """``histogram_delta`` over the window: per pair of readings the buckets added (all
+    of the newer reading where the count fell: a restart), summed. Readings whose
+    bounds differ (a restart with new buckets) are rare: then the deltas are summed
+    afresh from the readings."""
+
+    __slots__ = ("items", "acc", "acc_sum", "acc_count", "changes")
+
+    def __init__(self) -> None:
+        # (seq, bounds, histogram, its contribution: (bucket deltas, sum, count) or None)
+        self.items: deque[tuple[int, tuple[float, ...], Histogram, Any]] = deque()
+        # Bucket and count deltas are whole numbers: exact in floats whatever the order.
+        self.acc: list[float] = []
+        self.acc_count = 0.0
+        self.acc_sum = _LoopSum()  # the sums' deltas are not: summed in order when asked
+        self.changes = 0  # pairs whose bounds differ
+
+    def _apply(self, contrib: Any, sign: float) -> None:
+        buckets, _, c = contrib
+        acc = self.acc
+        if len(acc) != len(buckets):
+            self.acc = acc = [0.0] * len(buckets)
+        for i, v in enumerate(buckets):
+            acc[i] += sign * v
+        self.acc_count += sign * c
+
+    def add(self, seq: int, h: Histogram | None) -> None:
+        if h is None:
+            return
+        bounds = tuple(le for le, _ in h.buckets)
+        contrib = None
+        if self.items:
+            _, pbounds, prev, _ = self.items[-1]
+            if pbounds != bounds:
+                self.changes += 1
+            else:
+                if h.count < prev.count:
+                    contrib = ([c for _, c in h.buckets], h.sum, h.count)
+                else:
+                    contrib = (
+                        [c - p for (_, c), (_, p) in zip(h.buckets, prev.buckets)],
+                        h.sum - prev.sum,
+                        h.count - prev.count,
+                    )
+                self._apply(contrib, 1.0)
+                self.acc_sum.add(seq, contrib[1])
+        self.items.append((seq, bounds, h, contrib))
+
+    def evict(self, seq: int) -> None:
+        items = self.items
+        if not items or items[0][0] != seq:
+            return
+        _, bounds, _, _ = items.popleft()
+        if not items:
+            self.acc, self.acc_count, self.changes = [], 0.0, 0
+            self.acc_sum = _LoopSum()
+            return
+        s, nbounds, h, contrib = items[0]
+        if nbounds != bounds:
+            self.changes -= 1
+        elif contrib is not None:
+            self._apply(contrib, -1.0)
+            self.acc_sum.evict(s)
+        items[0] = (s, nbounds, h, None)
+
+    def value(self) -> Histogram | None:
+        if len(self.items) < 2:
+            return None
+        if self.changes:
+            return histogram_delta([h for _, _, h, _ in self.items])
+        bounds = self.items[-1][1]
+        return Histogram(
+            buckets=tuple(zip(bounds, self.acc)), sum=self.acc_sum.total(), count=self.acc_count
+        )
+
+
+class _Group:
+    """The entries of one GPU, engine or the host in the window, and their aggregates."""
+
+    def __init__(self) -> None:
+        # (seq, t, sample, its place among its snapshot's samples)
+        self.entries: deque[tuple[int, float, Any, int]] = deque()
+        self.evictions = 0
+        self.reset()
+
+    def reset(self) -> None:  # the aggregates, empty
+        raise NotImplementedError
+
+    def accumulate(self, seq: int, t: float, sample: Any) -> None:
+        raise NotImplementedError
+
+    def drop(self, seq: int, sample: Any) -> None:
+        raise NotImplementedError
+
+    def add(self, seq: int, t: float, sample: Any, pos: int = 0) -> None:
+        self.entries.append((seq, t, sample, pos))
+        self.accumulate(seq, t, sample)
+
+    def evict(self, seq: int) -> None:
+        while self.entries and self.entries[0][0] == seq:
+            _, _, sample, _ = self.entries.popleft()
+            self.drop(seq, sample)
+            self.evictions += 1
+        if self.evictions >= max(32, len(self.entries)):
+            # Sum afresh: what was added and taken away has drifted by a few ulps.
+            self.evictions = 0
+            self.reset()
+            for s, t, smp, _ in self.entries:
+                self.accumulate(s, t, smp)
+
+
+class _GpuGroup(_Group):
+    def reset(self) -> None:
+        self.means = {name: _Sum() for name in _GPU_MEANS}
+        self.util_max = _Extreme(_gt)
+        self.reasons: Counter[str] = Counter()
+        self.with_reasons = 0
+
+    def accumulate(self, seq: int, t: float, g: GpuSample) -> None:
+        for name, acc in self.means.items():
+            acc.add(seq, getattr(g, name))
+        self.util_max.add(seq, g.util)
+        if g.throttle_reasons is not None:
+            self.with_reasons += 1
+            self.reasons.update(set(g.throttle_reasons))
+
+    def drop(self, seq: int, g: GpuSample) -> None:
+        for acc in self.means.values():
+            acc.evict(seq)
+        self.util_max.evict(seq)
+        if g.throttle_reasons is not None:
+            self.with_reasons -= 1
+            self.reasons.subtract(set(g.throttle_reasons))
+            self.reasons += Counter()  # drop the reasons that no reading holds any more
+
+    def stats(self) -> GpuWindow:
+        last: GpuSample = self.entries[-1][2]
+        return GpuWindow(
+            index=last.index,
+            uuid=last.uuid,
+            name=last.name,
+            source=last.source,
+            util_max=self.util_max.value(),
+            power_limit_watts=last.power_limit_watts,
+            sm_clock_max_hz=last.sm_clock_max_hz,
+            throttle_reasons=tuple(sorted(self.reasons)) if self.with_reasons else None,
+            memory_used_bytes=last.memory_used_bytes,
+            memory_total_bytes=last.memory_total_bytes,
+            mig_parent=last.mig_parent,
+            labels=last.labels,
+            samples=len(self.entries),
+            pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
+            pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
+            **{name: acc.mean() for name, acc in self.means.items()},
+        )
+
+
+_ENGINE_MEANS = (
+    "running", "waiting", "waiting_capacity", "waiting_deferred", "kv_cache_usage",
+    "prefix_cache_hit_rate",
+)  # fmt: skip
+_ENGINE_COUNTERS = (
+    "preemptions_total", "prompt_tokens_total", "generation_tokens_total",
+    "request_success_total", "admission_rejections_total", "estimated_flops_total",
+    "estimated_read_bytes_total", "estimated_write_bytes_total", "prefix_cache_hits_total",
+    "prefix_cache_queries_total",
+)  # fmt: skip
+
+
+class _EngineGroup(_Group):
+    def reset(self) -> None:
+        self.means = {name: _Sum() for name in _ENGINE_MEANS}
+        self.running_max = _Extreme(_gt)
+        self.running_min = _Extreme(_lt)
+        self.waiting_max = _Extreme(_gt)
+        self.kv_max = _Extreme(_gt)
+        self.running = _Series()
+        self.waiting = _Series()
+        self.counters = {name: _CounterIncrease() for name in _ENGINE_COUNTERS}
+        self.hists: dict[str, _HistogramDelta] = {}
+        self.seq_cap: tuple[int, float] | None = None
+
+    def accumulate(self, seq: int, t: float, e: EngineSample) -> None:
+        for name, acc in self.means.items():
+            acc.add(seq, getattr(e, name))
+        self.running_max.add(seq, e.running)
+        self.running_min.add(seq, e.running)
+        self.waiting_max.add(seq, e.waiting)
+        self.kv_max.add(seq, e.kv_cache_usage)
+        self.running.add(seq, e.running)
+        self.waiting.add(seq, e.waiting)
+        for name, ctr in self.counters.items():
+            ctr.add(seq, getattr(e, name))
+        for name, h in e.histograms:
+            delta = self.hists.get(name)
+            if delta is None:
+                delta = self.hists[name] = _HistogramDelta()
+            delta.add(seq, h)
+        if e.seq_cap_reported:
+            self.seq_cap = (seq, e.seq_cap_reported)
+
+    def drop(self, seq: int, e: EngineSample) -> None:
+        for acc in self.means.values():
+            acc.evict(seq)
+        for ext in (self.running_max, self.running_min, self.waiting_max, self.kv_max):
+            ext.evict(seq)
+        self.running.evict(seq)
+        self.waiting.evict(seq)
+        for ctr in self.counters.values():
+            ctr.evict(seq)
+        for name, _ in e.histograms:
+            delta = self.hists.get(name)
+            if delta is not None:
+                delta.evict(seq)
+                if not delta.items:
+                    del self.hists[name]
+        if self.seq_cap is not None and self.seq_cap[0] == seq:
+            self.seq_cap = None  # the newest reported cap has left: none is left after it
+
+    def stats(self) -> EngineWindow:
+        entries = self.entries
+        last: EngineSample = entries[-1][2]
+        elapsed = entries[-1][1] - entries[0][1] if len(entries) >= 2 else 0.0
+
+        def rate(name: str) -> float | None:
+            inc = self.counters[name].value()
+            if inc is None or elapsed <= 0:
+                return None
+            return inc / elapsed
+
+        deltas: dict[str, Histogram] = {}
+        for name, _ in last.histograms:
+            acc = self.hists.get(name)
+            h = acc.value() if acc is not None else None
+            if h is not None:
+                deltas[name] = h
+        hits = self.counters["prefix_cache_hits_total"].value()
+        queries = self.counters["prefix_cache_queries_total"].value()
+        if hits is not None and queries is not None:
+            hit_rate = min(1.0, max(0.0, hits / queries)) if queries else None
+        else:
+            hit_rate = self.means["prefix_cache_hit_rate"].mean()
+        m = self.means
+        running = self.running.items
+        waiting = self.waiting.items
+        return EngineWindow(
+            url=last.url,
+            model_name=last.model_name,
+            engine=last.engine,
+            flavour=last.flavour,
+            elapsed_s=elapsed,
+            samples=len(entries),
+            running_mean=m["running"].mean(),
+            running_max=self.running_max.value(),
+            running_min=self.running_min.value(),
+            waiting_mean=m["waiting"].mean(),
+            waiting_max=self.waiting_max.value(),
+            waiting_first=waiting[0][1] if waiting else None,
+            waiting_last=waiting[-1][1] if waiting else None,
+            waiting_capacity_mean=m["waiting_capacity"].mean(),
+            waiting_deferred_mean=m["waiting_deferred"].mean(),
+            kv_cache_usage_mean=m["kv_cache_usage"].mean(),
+            kv_cache_usage_max=self.kv_max.value(),
+            preemptions_per_s=rate("preemptions_total"),
+            prompt_tokens_per_s=rate("prompt_tokens_total"),
+            generation_tokens_per_s=rate("generation_tokens_total"),
+            requests_per_s=rate("request_success_total"),
+            admission_rejections_per_s=rate("admission_rejections_total"),
+            flops_per_s=rate("estimated_flops_total"),
+            read_bytes_per_s=rate("estimated_read_bytes_total"),
+            write_bytes_per_s=rate("estimated_write_bytes_total"),
+            prefix_cache_hit_rate=hit_rate,
+            ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
+            ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
+            ttft_mean_s=histogram_mean(deltas.get(TTFT)),
+            itl_p50_s=histogram_quantile(0.5, deltas.get(ITL)),
+            itl_p95_s=histogram_quantile(0.95, deltas.get(ITL)),
+            tpot_mean_s=histogram_mean(deltas.get(TPOT)),
+            e2e_mean_s=histogram_mean(deltas.get(E2E)),
+            e2e_p50_s=histogram_quantile(0.5, deltas.get(E2E)),
+            e2e_p95_s=histogram_quantile(0.95, deltas.get(E2E)),
+            queue_mean_s=histogram_mean(deltas.get(QUEUE)),
+            prefill_mean_s=histogram_mean(deltas.get(PREFILL)),
+            decode_mean_s=histogram_mean(deltas.get(DECODE)),
+            iteration_tokens_mean=histogram_mean(deltas.get(ITERATION_TOKENS)),
+            running_series=tuple(v for _, v in running),
+            waiting_series=tuple(v for _, v in waiting),
+            histograms=tuple(sorted(deltas.items())),
+            flavour_version=last.flavour_version,
+            missing=last.missing,
+            seq_cap_reported=self.seq_cap[1] if self.seq_cap is not None else None,
+            cache_config=last.cache_config,
+            reported_max_num_seqs=_int_or_none(last.reported_max_num_seqs),
+            reported_max_num_batched_tokens=_int_or_none(last.reported_max_num_batched_tokens),
+            reported_caps_origin=last.reported_caps_origin,
+        )
+
+
+class _HostGroup(_Group):
+    def reset(self) -> None:
+        self.freq = _Sum()
+
+    def accumulate(self, seq: int, t: float, h: HostSample) -> None:
+        self.freq.add(seq, h.cpu_freq_mhz)
+
+    def drop(self, seq: int, h: HostSample) -> None:
+        self.freq.evict(seq)
+
+    def stats(self) -> HostWindow:
+        (_, t0, first, _), (_, t1, last, _) = self.entries[0], self.entries[-1]
+        if len(self.entries) == 1:
+            return host_window([last], [t1])
+        # Everything but the frequency's mean comes from the first and last readings.
+        window = host_window([first, last], [t0, t1])
+        return dataclasses.replace(window, cpu_freq_mhz=self.freq.mean())
+
+
+class LiveWindow:
+    """The window of the last ``seconds`` (plus one baseline snapshot before it, as
+    ``Sampler.window`` takes it), updated one snapshot at a time."""
+
+    def __init__(self, seconds: float, capacity: int | None = None) -> None:
+        self.seconds = seconds
+        self.capacity = capacity  # the sampler ring's: nothing older than it holds
+        self._snaps: deque[tuple[int, Snapshot]] = deque()
+        self._seq = 0
+        self._gpus: dict[tuple[str, str, int], _GpuGroup] = {}
+        self._engines: dict[tuple[str, str, str], _EngineGroup] = {}
+        self._host = _HostGroup()
+        self._load: dict[str, deque[tuple[int, float]]] = {}
+        self._load_sums: dict[str, _Sum] = {}
+
+    def clear(self) -> None:
+        self._snaps.clear()
+        self._gpus.clear()
+        self._engines.clear()
+        self._host = _HostGroup()
+        self._load.clear()
+        self._load_sums.clear()
+
+    def rebuild(self, snapshots: Sequence[Snapshot], seconds: float | None = None) -> None:
+        """Start again from these snapshots (the window's length changed, or a restart)."""
+        if seconds is not None:
+            self.seconds = seconds
+        self.clear()
+        for snap in snapshots:
+            self.push(snap)
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._snaps[-1][1] if self._snaps else None
+
+    def push(self, snap: Snapshot) -> None:
+        self._seq += 1
+        seq = self._seq
+        self._snaps.append((seq, snap))
+        t = snap.t
+        for g in snap.gpus:
+            key = _gpu_key(g)
+            grp = self._gpus.get(key)
+            if grp is None:
+                grp = self._gpus[key] = _GpuGroup()
+            grp.add(seq, t, g)
+        for pos, e in enumerate(snap.engines):
+            key2 = _engine_key(e)
+            egrp = self._engines.get(key2)
+            if egrp is None:
+                egrp = self._engines[key2] = _EngineGroup()
+            egrp.add(seq, t, e, pos)
+        if snap.host is not None:
+            self._host.add(seq, t, snap.host)
+        for k, v in snap.load:
+            self._load.setdefault(k, deque()).append((seq, v))
+            acc = self._load_sums.get(k)
+            if acc is None:
+                acc = self._load_sums[k] = _Sum()
+            acc.add(seq, v)
+        self._trim()
+
+    def _trim(self) -> None:
+        snaps = self._snaps
+        start = snaps[-1][1].t - self.seconds - 1e-9
+        # Keep the newest snapshot before the start: counters need a baseline at the edge.
+        while len(snaps) >= 2 and (
+            snaps[1][1].t < start or (self.capacity is not None and len(snaps) > self.capacity)
+        ):
+            self._evict()
+
+    def _evict(self) -> None:
+        seq, snap = self._snaps.popleft()
+        for g in snap.gpus:
+            key = _gpu_key(g)
+            grp = self._gpus[key]
+            grp.evict(seq)
+            if not grp.entries:
+                del self._gpus[key]
+        for e in snap.engines:
+            key2 = _engine_key(e)
+            egrp = self._engines[key2]
+            egrp.evict(seq)
+            if not egrp.entries:
+                del self._engines[key2]
+        if snap.host is not None:
+            self._host.evict(seq)
+        for k, _ in snap.load:
+            items = self._load[k]
+            if items and items[0][0] == seq:
+                items.popleft()
+                self._load_sums[k].evict(seq)
+            if not items:
+                del self._load[k]
+                del self._load_sums[k]
+
+    def stats(self) -> WindowStats:
+        if not self._snaps:
+            return compute_window(())
+        first, last = self._snaps[0][1], self._snaps[-1][1]
+        gpus = tuple(self._gpus[k].stats() for k in sorted(self._gpus, key=lambda k: (k[2], k[1])))
+        # In the order each engine first appears in the window, as compute_window has them.
+        engines = tuple(
+            g.stats()
+            for g in sorted(
+                self._engines.values(), key=lambda g: (g.entries[0][0], g.entries[0][3])
+            )
+        )
+        host = self._host.stats() if self._host.entries else None
+        load = tuple(
+            (k, self._load_sums[k].total() / self._load_sums[k].n)
+            for k in sorted(self._load, key=lambda k: self._load[k][0][0])
+        )
+        return WindowStats(
+            start=first.t,
+            end=last.t,
+            wall_end=last.wall,
+            samples=len(self._snaps),
+            gpus=gpus,
+            engines=engines,
+            host=host,
+            errors=last.errors,
+            load=load,
+        )

@@ -1,0 +1,73 @@
+"""The Monitor's pace: the window takes every reading, verdicts come once a step, and the
+report is built when someone reads it."""
+
+from __future__ import annotations
+
+import monitor.pipeline as pipeline
+from monitor.pipeline import Monitor
+from monitor.sampler import Sampler
+from monitor.samples import EngineSample, Snapshot
+
+
+def _snap(t: float, done: float, running: float = 8.0) -> Snapshot:
+    e = EngineSample(
+        url="http://127.0.0.1:1/metrics",
+        model_name="m",
+        engine="0",
+        running=running,
+        waiting=0.0,
+        request_success_total=done,
+    )
+    return Snapshot(t=t, wall=1_800_000_000.0 + t, engines=(e,))
+
+
+def test_fast_ticks_are_diagnosed_once_a_step_but_windowed_every_tick() -> None:
+    sampler = Sampler([], interval=0.1)
+    monitor = Monitor(sampler, window_s=2.0, diagnose_every_s=1.0)
+    steps: list[float] = []
+    monitor.listeners.append(lambda d, w: steps.append(w.end))
+    for i in range(31):  # 3 s of 100 ms ticks, 10 requests a second
+        sampler.push(_snap(round(i * 0.1, 1), float(i)))
+    assert steps == [0.0, 1.0, 2.0, 3.0]
+    window = monitor.window()
+    assert (
+        window is not None and window.engines[0].samples == 22
+    )  # every tick of the 2 s, and one before
+    report = monitor.report()
+    assert report is not None
+    assert report["engines"][0]["requests_per_s"] == 10.0
+
+
+def test_the_report_is_built_once_per_step_and_only_when_read(monkeypatch) -> None:
+    built: list[int] = []
+    real = pipeline.build_report
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "build_report", counting)
+    sampler = Sampler([], interval=1.0)
+    monitor = Monitor(sampler, window_s=5.0)
+    for i in range(10):
+        sampler.push(_snap(float(i), float(i)))
+    assert built == []  # nobody asked
+    first = monitor.report()
+    assert monitor.report() is first and len(built) == 1
+    sampler.push(_snap(10.0, 10.0))
+    assert monitor.report() is not first and len(built) == 2
+
+
+def test_a_longer_window_takes_readings_already_in_the_ring() -> None:
+    """Widening (or a restart to a longer window) re-reads the ring: the window holds what
+    a full recomputation over the ring would."""
+    sampler = Sampler([], interval=1.0)
+    monitor = Monitor(sampler, window_s=2.0)
+    for i in range(10):
+        sampler.push(_snap(float(i), float(2 * i)))
+    assert monitor.window().engines[0].samples == 4  # type: ignore[union-attr]
+    monitor.window_s = 6.0
+    sampler.push(_snap(10.0, 20.0))
+    window = monitor.window()
+    assert window is not None and window.engines[0].samples == 8
+    assert window == sampler.window(6.0)
