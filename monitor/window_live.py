@@ -327,6 +327,12 @@ class _GpuGroup(_Group):
             memory_used_bytes=last.memory_used_bytes,
             memory_total_bytes=last.memory_total_bytes,
             mig_parent=last.mig_parent,
+            mig_instance=last.mig_instance,
+            # Read every few seconds, not every tick: the latest list still in the window.
+            processes=next(
+                (e[2].processes for e in reversed(self.entries) if e[2].processes is not None),
+                None,
+            ),
             labels=last.labels,
             samples=len(self.entries),
             pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),

@@ -21,6 +21,7 @@ from monitor.recording import read_recording
 from monitor.sampler import Sampler
 from monitor.samples import (
     EngineSample,
+    GpuProcess,
     GpuSample,
     Histogram,
     HostSample,
@@ -120,6 +121,13 @@ def synthetic(n: int, seed: int) -> list[Snapshot]:
                     temperature_c=float(rng.randint(30, 80)),
                     throttle_reasons=rng.choice((None, (), ("sw_power_cap",), ("hw_slowdown",))),
                     memory_used_bytes=rng.randint(0, 10**11),
+                    # Process lists come every few ticks, not every tick; GPU 1 is a MIG
+                    # instance of GPU 0.
+                    processes=(GpuProcess(pid=rng.randint(1, 9), sm_share=rng.random()),)
+                    if rng.random() < 0.2
+                    else None,
+                    mig_parent=0 if idx == 1 else None,
+                    mig_instance=1 if idx == 1 else None,
                 )
             )
         if i == n // 2:
