@@ -523,6 +523,14 @@ def _with_outside(
         out["outside_s"] = round(outside, 6)
     out["client_ttft_mean_s"] = None if client_mean is None else round(client_mean, 6)
     out["client_ttft_p50_s"] = None if client_p50 is None else round(client_p50, 6)
+    # The same at the median, where a few long waits pull the mean away from what most
+    # requests saw (at a knee the mean ran to five times the median).
+    engine_p50 = parts.get("engine_ttft_p50_s")
+    out["outside_p50_s"] = (
+        round(max(0.0, client_p50 - engine_p50), 6)
+        if client_p50 is not None and engine_p50 is not None
+        else None
+    )
     note = None
     if outside is not None and client_mean and outside >= OUTSIDE_MIN_S:
         share = outside / client_mean
