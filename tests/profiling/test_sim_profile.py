@@ -10,15 +10,14 @@ import sys
 from simulator import SCENARIOS, start_sim
 
 
-def test_the_profile_names_the_detokeniser_and_the_scheduler_in_their_split() -> None:
+def _profiled_snapshot(sim) -> tuple[dict, dict[str, float], float]:  # type: ignore[no-untyped-def]
     engine = SCENARIOS["cpu-bound"].engine
-    with start_sim(scenario="cpu-bound", port=0, load=True) as sim:
-        proc = subprocess.run(
-            [sys.executable, "-m", "headroom", "snapshot", "--vllm", sim.url,
-             "--dcgm-exporter", sim.gpu_metrics_url, "--no-nvml", "--window", "6",
-             "--profile", "--json"],
-            capture_output=True, text=True, timeout=180,
-        )  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "headroom", "snapshot", "--vllm", sim.url,
+         "--dcgm-exporter", sim.gpu_metrics_url, "--no-nvml", "--window", "6",
+         "--profile", "--json"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     (eng,) = report["engines"]
@@ -28,7 +27,25 @@ def test_the_profile_names_the_detokeniser_and_the_scheduler_in_their_split() ->
     # Per step: cpu_step_s of scheduling, cpu_per_seq_s per running sequence of detokenising.
     sched = engine["cpu_step_s"]
     detok = engine["cpu_per_seq_s"] * eng["running"]
-    expected_detok = detok / (sched + detok)
+    return report, shares, detok / (sched + detok)
+
+
+def _off(shares: dict[str, float], expected_detok: float) -> bool:
+    return (
+        abs(shares.get("detokenize", 0.0) - expected_detok) > 0.10
+        or abs(shares.get("schedule", 0.0) - (1 - expected_detok)) > 0.10
+    )
+
+
+def test_the_profile_names_the_detokeniser_and_the_scheduler_in_their_split() -> None:
+    with start_sim(scenario="cpu-bound", port=0, load=True) as sim:
+        report, shares, expected_detok = _profiled_snapshot(sim)
+        if _off(shares, expected_detok):
+            # A machine busy with other work (MACHINE.md) once left the scheduler 0.5% of the
+            # samples for a window: one more window decides, as the scenario test does.
+            report, shares, expected_detok = _profiled_snapshot(sim)
+    (eng,) = report["engines"]
+    prof = eng["cpu_profile"]
     assert abs(shares["detokenize"] - expected_detok) <= 0.10, (shares, expected_detok)
     assert abs(shares["schedule"] - (1 - expected_detok)) <= 0.10, (shares, expected_detok)
     # The verdict names them, carries the profile, and its fix follows from the larger.
