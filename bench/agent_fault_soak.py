@@ -83,6 +83,14 @@ class FlakyGpu:
         pass
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    # The harness reads this file every minute: a reader must never see it half written (a
+    # 69-minute soak ended on an empty read).
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def run_agent(port: int, url: str, trigger: Path, late_file: Path) -> None:
     from monitor.agent import Agent, build_agent_sources
     from monitor.config import AgentConfig
@@ -107,9 +115,9 @@ def run_agent(port: int, url: str, trigger: Path, late_file: Path) -> None:
     agent.start()
     try:
         while not stop.wait(10.0):
-            late_file.write_text(json.dumps({"counts": counts, "worst": worst[0]}))
+            _write_atomically(late_file, json.dumps({"counts": counts, "worst": worst[0]}))
     finally:
-        late_file.write_text(json.dumps({"counts": counts, "worst": worst[0]}))
+        _write_atomically(late_file, json.dumps({"counts": counts, "worst": worst[0]}))
         agent.stop()
 
 
