@@ -33,6 +33,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.machine import tree_cpu  # noqa: E402
+
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 
 
@@ -75,17 +77,6 @@ def bare_nvml(interval: float, port: int) -> None:
         src.read()
         deadline += interval
         time.sleep(max(0.0, deadline - time.monotonic()))
-
-
-def tree_cpu(p: psutil.Process) -> float:
-    total = 0.0
-    for q in [p, *p.children(recursive=True)]:
-        try:
-            t = q.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
 
 
 def ticks_of(port: int) -> float | None:

@@ -6,6 +6,8 @@ import os
 import platform
 from pathlib import Path
 
+import psutil
+
 
 def cpu_model() -> str:
     try:
@@ -20,3 +22,15 @@ def cpu_model() -> str:
 def describe() -> str:
     """'N cores, <CPU model>, Python X.Y.Z'."""
     return f"{os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()}"
+
+
+def tree_cpu(p: psutil.Process) -> float:
+    """utime + stime of a process and all its descendants, in seconds (gone ones skipped)."""
+    total = 0.0
+    for q in [p, *p.children(recursive=True)]:
+        try:
+            t = q.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total

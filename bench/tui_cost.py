@@ -25,17 +25,8 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def tree_cpu(p: psutil.Process) -> float:
-    total = 0.0
-    for q in [p, *p.children(recursive=True)]:
-        try:
-            t = q.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+sys.path.insert(0, str(ROOT))
+from bench.machine import tree_cpu  # noqa: E402
 
 
 def measure(argv: list[str], cwd: Path, seconds: float, warmup: float) -> tuple[float, int]:
@@ -80,7 +71,8 @@ def main() -> None:
     args = ap.parse_args()
     argv = args.cmd.split() if args.cmd else [sys.executable, "-m", "headroom", "watch", *args.rest]
     share, written = measure(argv, args.cwd.resolve(), args.seconds, args.warmup)
-    print(f"{' '.join(argv[1:] if not args.cmd else argv)} (from {args.cwd}): "
+    where = "" if args.cwd.resolve() == ROOT else f" (from the checkout {args.cwd.name})"
+    print(f"{' '.join(argv[1:] if not args.cmd else argv)}{where}: "
           f"{100 * share:.2f}% of a core, {written / 1024:.0f} KiB written in {args.seconds:g} s "
           f"at 120x40")  # fmt: skip
 
