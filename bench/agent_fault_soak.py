@@ -125,7 +125,8 @@ def run_agent(port: int, url: str, trigger: Path, late_file: Path) -> None:
 class Page:
     """The capture with counters advancing and names churning; faults switched by time."""
 
-    def __init__(self) -> None:
+    def __init__(self, churn: bool = True) -> None:
+        self.churn = churn  # model and LoRA names changing (the soak), or not (a cost bench)
         self.lines: list[tuple[str, float | None]] = []
         for line in FIXTURE.read_text().splitlines():
             if line.startswith("#") or not line.strip():
@@ -147,8 +148,11 @@ class Page:
         model = f"tiny-llama-{int(elapsed // 30)}"
         out = []
         for text, base in self.lines:
-            text = text.replace('model_name="tiny-llama"', f'model_name="{model}"')
+            if self.churn:
+                text = text.replace('model_name="tiny-llama"', f'model_name="{model}"')
             out.append(text if base is None else f"{text} {base + grown}")
+        if not self.churn:
+            return ("\n".join(out) + "\n").encode()
         out.append("# HELP vllm:lora_requests_info Running stats on lora requests.")
         out.append("# TYPE vllm:lora_requests_info gauge")
         out.append(

@@ -44,11 +44,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve(port: int, workload: str, seconds: float) -> None:
-    """The stand-in engine: the capture on ``port``, the workload as a child."""
+def serve(port: int, workload: str, seconds: float, page: str) -> None:
+    """The stand-in engine: the capture on ``port``, the workload as a child.
+
+    ``page``: "advancing" (default) grows every counter, bucket and sum each second, as a
+    loaded vLLM's page does, so no reader can get by on an unchanged page; "static"
+    serves the capture as it is."""
     from bench import fixture_server
 
-    fixture_server.start(FIXTURE.read_bytes(), port)
+    if page == "advancing":
+        from bench.agent_fault_soak import Page, PageServer
+
+        server = PageServer(Page(churn=False), time.monotonic())
+        server.stop()  # bound to a free port at creation: serve on the one asked for
+        server.port = port
+        server.start()
+    else:
+        fixture_server.start(FIXTURE.read_bytes(), port)
     if workload == "matmul":
         cmd = [sys.executable, str(ROOT / "bench/gpu/workloads.py"), "matmul", "--seconds",
                str(seconds)]  # fmt: skip
@@ -100,12 +112,18 @@ def main() -> None:
     ap.add_argument("--no-nvml", action="store_true", help="no GPU here: agents without NVML")
     ap.add_argument("--before", type=Path, help="a checkout of the code before the change")
     ap.add_argument("--configs", help="comma-separated subset")
+    ap.add_argument(
+        "--page",
+        choices=("advancing", "static"),
+        default="advancing",
+        help="the engine page: counters growing each second (default) or the capture as is",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--bare-nvml", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve, args.workload, args.seconds + args.warmup + 60)
+        serve(args.serve, args.workload, args.seconds + args.warmup + 60, args.page)
         return
     if args.bare_nvml:
         bare_nvml(1.0, args.bare_nvml)
@@ -125,6 +143,8 @@ def main() -> None:
             str(args.seconds),
             "--warmup",
             str(args.warmup),
+            "--page",
+            args.page,
         ]  # fmt: skip
     )
     gpu = [] if not args.no_nvml else ["--no-nvml"]
@@ -231,7 +251,7 @@ def main() -> None:
         f"{platform.node()}: {os.cpu_count()} CPUs, python {platform.python_version()}",
         f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}",
         f"# all configurations side by side for {elapsed:.0f} s after {args.warmup:g} s of "
-        f"start-up; workload: {args.workload}; each /metrics scraped every 5 s",
+        f"start-up; workload: {args.workload}; engine page: {args.page}; each /metrics scraped every 5 s",
         "# CPU: utime+stime of the whole process tree; RSS: the main process at the end",
         f"{'configuration':<42} {'% of a core':>11} {'ms/tick':>8} {'ticks':>6} "
         f"{'RSS MiB':>8} {'x nvitop':>8}",

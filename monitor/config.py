@@ -13,21 +13,13 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
-import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
 from monitor.configfile import read_settings_file
 from monitor.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover - CI runs 3.11
-    pass
 
 DEFAULT_PORT = 9402
 ENV_PREFIX = "HEADROOM_"
@@ -35,11 +27,14 @@ ENV_PREFIX = "HEADROOM_"
 _LIST_FIELDS = {"vllm", "pids"}
 
 
-class AgentConfig(BaseModel):
+# A plain dataclass checked by hand, not a pydantic model: the agent is a daemon that
+# should cost little, and pydantic with this model built is ~10 MiB of its RSS for a
+# dozen settings read once (bench/results/agent_process_cost*.txt).
+@dataclass(frozen=True)
+class AgentConfig:
     """What `headroom agent` runs with. Field names are also the file keys and, upper-cased
-    after ``HEADROOM_``, the environment variables."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    after ``HEADROOM_``, the environment variables. Values from files and the environment
+    are converted ("2" -> 2.0, "true" -> True); a bad one raises ``SettingError``."""
 
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     vllm: tuple[str, ...] = ()
@@ -63,7 +58,7 @@ class AgentConfig(BaseModel):
     dcgm: bool = False
     host: bool = True
     pids: tuple[int, ...] = ()
-    max_num_seqs: int | None = Field(default=None)
+    max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     gpu_model: str | None = None
     thresholds: str | None = None
@@ -76,85 +71,18 @@ class AgentConfig(BaseModel):
     profile_every: float = 300.0
     profile_rate: int = 20  # samples a second (snapshot --profile: 50, its windows are short)
 
-    @field_validator("interval", "window", "timeout", "stale_after")
-    @classmethod
-    def _positive(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError("must be > 0")
-        return v
-
-    @field_validator("profile_every")
-    @classmethod
-    def _every(cls, v: float) -> float:
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError("must be >= 0 (0 = never by itself)")
-        return v
-
-    @field_validator("profile_rate")
-    @classmethod
-    def _rate(cls, v: int) -> int:
-        if not 1 <= v <= 1000:
-            raise ValueError("must be 1-1000 samples a second")
-        return v
-
-    @field_validator("gpu_processes_every")
-    @classmethod
-    def _processes_every(cls, v: float) -> float:
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError("must be >= 0 (0 = never)")
-        return v
-
-    @field_validator("gpu_util_every")
-    @classmethod
-    def _not_negative(cls, v: float) -> float:
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError("must be >= 0 (0 = every tick)")
-        return v
-
-    @field_validator("max_num_seqs", "max_num_batched_tokens")
-    @classmethod
-    def _at_least_one(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be at least 1")
-        return v
-
-    @field_validator("pids")
-    @classmethod
-    def _pids(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if any(p < 1 for p in v):
-            raise ValueError("process ids must be positive")
-        return v
-
-    @field_validator("engine")
-    @classmethod
-    def _engine(cls, v: str | None) -> str | None:
-        from monitor.sources.metric_names import FLAVOURS
-
-        if v is not None and v not in FLAVOURS:
-            raise ValueError(f"unknown engine {v!r} (known: {', '.join(FLAVOURS)})")
-        return v
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, v: str) -> str:
-        parse_listen(v)
-        return v
-
-    @field_validator("vllm", "dcgm_exporter")
-    @classmethod
-    def _urls(cls, v: Any) -> Any:
-        for url in (v,) if isinstance(v, str) else (v or ()):
-            if not url or any(c.isspace() for c in url):
-                raise ValueError(f"not a URL: {url!r}")
-        return v
-
-    @model_validator(mode="after")
-    def _window_covers_interval(self) -> AgentConfig:
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = _convert(f.name, _KINDS[f.name], getattr(self, f.name))
+            check = _CHECKS.get(f.name)
+            if check is not None and value is not None:
+                check(value)  # raises SettingError(name, message)
+            object.__setattr__(self, f.name, value)
         if self.window < self.interval:
-            raise ValueError(
-                f"window ({self.window:g} s) must be at least the interval ({self.interval:g} s)"
+            raise SettingError(
+                "",
+                f"window ({self.window:g} s) must be at least the interval ({self.interval:g} s)",
             )
-        return self
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -163,6 +91,166 @@ class AgentConfig(BaseModel):
     @property
     def stale_after_s(self) -> float:
         return self.stale_after if self.stale_after is not None else 3 * self.interval + 5.0
+
+
+class SettingError(ValueError):
+    """One setting's bad value; ``load_agent_config`` says where it came from."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.message = message
+
+
+# Each field's kind: how a value from a file or the environment is converted.
+_KINDS = {
+    "listen": "str",
+    "vllm": "strs",
+    "engine": "str?",
+    "dcgm_exporter": "str?",
+    "interval": "float",
+    "window": "float",
+    "timeout": "float",
+    "stale_after": "float?",
+    "nvml": "bool",
+    "gpm": "bool",
+    "gpu_util_every": "float",
+    "gpu_processes_every": "float",
+    "dcgm": "bool",
+    "host": "bool",
+    "pids": "ints",
+    "max_num_seqs": "int?",
+    "max_num_batched_tokens": "int?",
+    "gpu_model": "str?",
+    "thresholds": "str?",
+    "web_config": "str?",
+    "allow_profile": "bool",
+    "profile_every": "float",
+    "profile_rate": "int",
+}
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f"}
+
+
+def _number(name: str, value: Any, integer: bool) -> float | int:
+    if isinstance(value, bool):
+        raise SettingError(name, "must be an integer" if integer else "must be a number")
+    if integer:
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value.strip())
+        raise SettingError(name, f"must be an integer, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    raise SettingError(name, f"must be a number, got {value!r}")
+
+
+def _convert(name: str, kind: str, value: Any) -> Any:
+    if kind.endswith("?"):
+        if value is None:
+            return None
+        kind = kind[:-1]
+    if kind == "str":
+        if not isinstance(value, str):
+            raise SettingError(name, f"must be a string, got {value!r}")
+        return value
+    if kind in ("float", "int"):
+        return _number(name, value, integer=kind == "int")
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise SettingError(name, f"must be true or false, got {value!r}")
+    # A list: from a file a list, from the environment the comma-separated parts.
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise SettingError(name, f"must be a list, got {value!r}")
+    if kind == "strs":
+        return tuple(_convert(name, "str", v) for v in value)
+    return tuple(_number(name, v, integer=True) for v in value)
+
+
+def _positive(name: str) -> Callable[[float], None]:
+    def check(v: float) -> None:
+        if not (math.isfinite(v) and v > 0):
+            raise SettingError(name, "must be > 0")
+
+    return check
+
+
+def _at_least_zero(name: str, zero_means: str) -> Callable[[float], None]:
+    def check(v: float) -> None:
+        if not (math.isfinite(v) and v >= 0):
+            raise SettingError(name, f"must be >= 0 ({zero_means})")
+
+    return check
+
+
+def _at_least_one(name: str) -> Callable[[int], None]:
+    def check(v: int) -> None:
+        if v < 1:
+            raise SettingError(name, "must be at least 1")
+
+    return check
+
+
+def _profile_rate(v: int) -> None:
+    if not 1 <= v <= 1000:
+        raise SettingError("profile_rate", "must be 1-1000 samples a second")
+
+
+def _pids(v: tuple[int, ...]) -> None:
+    if any(p < 1 for p in v):
+        raise SettingError("pids", "process ids must be positive")
+
+
+def _engine(v: str) -> None:
+    from monitor.sources.metric_names import FLAVOURS
+
+    if v not in FLAVOURS:
+        raise SettingError("engine", f"unknown engine {v!r} (known: {', '.join(FLAVOURS)})")
+
+
+def _listen(v: str) -> None:
+    try:
+        parse_listen(v)
+    except ValueError as exc:
+        raise SettingError("listen", str(exc)) from None
+
+
+def _urls(name: str) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        for url in (v,) if isinstance(v, str) else v:
+            if not url or any(c.isspace() for c in url):
+                raise SettingError(name, f"not a URL: {url!r}")
+
+    return check
+
+
+_CHECKS: dict[str, Callable[[Any], None]] = {
+    **{n: _positive(n) for n in ("interval", "window", "timeout", "stale_after")},
+    "profile_every": _at_least_zero("profile_every", "0 = never by itself"),
+    "profile_rate": _profile_rate,
+    "gpu_processes_every": _at_least_zero("gpu_processes_every", "0 = never"),
+    "gpu_util_every": _at_least_zero("gpu_util_every", "0 = every tick"),
+    "max_num_seqs": _at_least_one("max_num_seqs"),
+    "max_num_batched_tokens": _at_least_one("max_num_batched_tokens"),
+    "pids": _pids,
+    "engine": _engine,
+    "listen": _listen,
+    "vllm": _urls("vllm"),
+    "dcgm_exporter": _urls("dcgm_exporter"),
+}
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -195,7 +283,7 @@ def _read_file(path: str | Path) -> Mapping[str, Any]:
 
 def _from_env(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
-    for name in AgentConfig.model_fields:
+    for name in _KINDS:
         var = ENV_PREFIX + name.upper()
         raw = env.get(var)
         if raw is None or raw.strip() == "":
@@ -229,21 +317,21 @@ def load_agent_config(
         if value is None or (key in _LIST_FIELDS and not value):
             continue
         origin[key] = (tuple(value) if isinstance(value, list) else value, _flag(key))
+    unknown = [k for k in origin if k not in _KINDS]
+    if unknown:
+        where = origin[unknown[0]][1]
+        if where.startswith("--") or where.startswith("environment"):
+            raise ConfigError(f"{where}: unknown setting")
+        raise ConfigError(f"{where}: {unknown[0]}: unknown setting")
     try:
         return AgentConfig(**{k: v for k, (v, _) in origin.items()})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = err.get("loc") or ()
-        field = str(loc[0]) if loc else ""
+    except SettingError as exc:
+        field = exc.name
         where = origin[field][1] if field in origin else "config"
-        msg = str(err.get("msg", "invalid value"))
-        msg = msg.removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown setting"
         if where.startswith("--") or where.startswith("environment"):
-            raise ConfigError(f"{where}: {msg}") from None
+            raise ConfigError(f"{where}: {exc.message}") from None
         label = f"{where}: {field}" if field else where
-        raise ConfigError(f"{label}: {msg}") from None
+        raise ConfigError(f"{label}: {exc.message}") from None
 
 
 # --- web config (Prometheus exporter-toolkit format) --------------------------------------

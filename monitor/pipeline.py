@@ -91,6 +91,11 @@ class Monitor:
         return dataclasses.replace(window, cpu_profile=prof)
 
     def _live_window(self, snap: Snapshot) -> WindowStats:
+        self._advance(snap)
+        return self._live.stats()
+
+    def _advance(self, snap: Snapshot) -> None:
+        """Take ``snap`` into the live window (its stats are built only when asked for)."""
         live = self._live
         if live.latest is snap:
             pass  # refresh(): the same reading, diagnosed again
@@ -110,7 +115,6 @@ class Monitor:
             self._live_since = since
         else:
             live.push(snap)
-        return live.stats()
 
     def _due(self, snap: Snapshot) -> bool:
         if self.diagnose_every_s <= 0 or self._last_step is None:
@@ -124,7 +128,7 @@ class Monitor:
             self._since = snap.t
             self._last_step = None
         if not (force or self._due(snap)):
-            self._live_window(snap)  # keep the window current; stats are not needed yet
+            self._advance(snap)  # keep the window current; its stats are not needed yet
             return
         self._last_step = snap.t
         window = self._with_profile(self._live_window(snap))

@@ -20,6 +20,7 @@ import psutil
 from monitor.samples import HostSample, ProcessCpu, SourceError, ThreadCpu
 from monitor.sources.base import Reading
 from monitor.sources.proc_tree import ProcTree
+from monitor.sources.procfs import KeptFiles, host_cpu, process_stat
 from monitor.sources.thread_cpu import ThreadCpuReader
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,12 @@ log = logging.getLogger(__name__)
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 
 
-def _cpu_totals() -> tuple[float, float, float | None]:
+def _cpu_totals(files: KeptFiles | None = None) -> tuple[float, float, float | None]:
+    if files is not None:
+        data = files.read("/proc/stat", 512)
+        got = host_cpu(data) if data is not None else None
+        if got is not None:
+            return got
     t = psutil.cpu_times()
     fields = t._asdict()
     total = sum(fields.values())
@@ -105,7 +111,11 @@ class HostSource:
         self._freq: tuple[float | None, float | None] = (None, None)
         self._next_freq = -float("inf")
         self._schedstat = sys.platform.startswith("linux")
-        self._thread_cpu = ThreadCpuReader(clock)
+        # /proc/stat, each process's stat and each hot thread's schedstat, held open.
+        self._files = KeptFiles() if os.path.isfile("/proc/self/stat") else None
+        self._thread_cpu = ThreadCpuReader(clock, self._files)
+        # Each process's name by the kernel's short name (comm) it was read under.
+        self._names: dict[int, tuple[str, str]] = {}
         # The same ThreadCpu again while a thread's figure has not moved (most of them).
         self._thread_samples: dict[tuple[int, int], ThreadCpu] = {}
         self._clock = clock
@@ -183,6 +193,8 @@ class HostSource:
             for p in family:
                 # Keep the Process objects we have: psutil checks them against PID reuse.
                 procs.setdefault(p.pid, self._procs.get(p.pid, p))
+        for pid in set(self._procs) - set(procs):
+            self._forget(pid)
         self._procs = procs
         self._thread_cpu.keep_only(set(procs))
         self._thread_samples = {}
@@ -209,14 +221,30 @@ class HostSource:
             self._schedstat = False  # not on this kernel: do not try again each tick
         return [(th.id, th.user_time + th.system_time) for th in proc.threads()]
 
+    def _stat(self, proc: psutil.Process) -> tuple[str, float]:
+        """The process's name and CPU seconds; raises psutil's errors when it has gone."""
+        if self._files is not None:
+            data = self._files.read(f"/proc/{proc.pid}/stat")
+            if data is None:
+                raise psutil.NoSuchProcess(proc.pid)
+            got = process_stat(data)
+            if got is not None:
+                comm, cpu = got
+                known = self._names.get(proc.pid)
+                if known is None or known[0] != comm:
+                    # psutil's name: the command line's when the kernel's is cut at 15 chars.
+                    known = self._names[proc.pid] = (comm, proc.name())
+                return known[1], cpu
+        with proc.oneshot():
+            times = proc.cpu_times()
+            return proc.name(), times.user + times.system
+
     def _process(self, proc: psutil.Process) -> ProcessCpu | None:
         try:
-            with proc.oneshot():
-                times = proc.cpu_times()
-                name = proc.name()
-            threads = self._threads(proc, times.user + times.system)
+            name, process_cpu = self._stat(proc)
+            threads = self._threads(proc, process_cpu)
         except (*_GONE, ProcessLookupError):
-            self._thread_cpu.forget(proc.pid)
+            self._forget(proc.pid)
             return None
         out = []
         for tid, cpu in threads:
@@ -230,13 +258,19 @@ class HostSource:
                         self._thread_names[key] = tname
                 sample = self._thread_samples[key] = ThreadCpu(tid, tname, cpu)
             out.append(sample)
-        return ProcessCpu(proc.pid, name, times.user + times.system, tuple(out))
+        return ProcessCpu(proc.pid, name, process_cpu, tuple(out))
+
+    def _forget(self, pid: int) -> None:
+        self._thread_cpu.forget(pid)
+        self._names.pop(pid, None)
+        if self._files is not None:
+            self._files.drop(f"/proc/{pid}/stat")
 
     def read(self) -> Reading:
         try:
             if self._clock() >= self._next_discovery and (self.pids or self.ports):
                 self._discover()
-            total, idle, steal = _cpu_totals()
+            total, idle, steal = _cpu_totals(self._files)
             now = self._clock()
             if now >= self._next_freq:
                 self._freq = _cpu_freq()
@@ -266,3 +300,5 @@ class HostSource:
 
     def close(self) -> None:
         self._procs.clear()
+        if self._files is not None:
+            self._files.close()

@@ -177,12 +177,15 @@ class _Family:
 
     lines: list[str]
     events: list[Sample | tuple[str, str, str]] | None
+    # The page's line number of each event (comments' too), parallel to ``events``.
+    origins: list[int]
 
 
 def _split_families(lines: Iterable[str], names: Collection[str] | None) -> Iterator[_Family]:
     """Group the wanted lines into families, reading the plain ones on the way."""
     buf: list[str] = []
     events: list[Sample | tuple[str, str, str]] | None = []
+    origins: list[int] = []
     # The family prometheus-client is in is the last # HELP/# TYPE name or none
     # (a sample outside it ends it), so a comment naming another family starts
     # afresh and may be read apart. None: unknown, after a comment the fast
@@ -190,7 +193,7 @@ def _split_families(lines: Iterable[str], names: Collection[str] | None) -> Iter
     last: str | None = ""
     remember = isinstance(names, frozenset)
     skipped = _skip_cache(names) if remember else {}
-    for line in lines:
+    for at, line in enumerate(lines):
         if not line:
             continue
         if line[0] == "#":
@@ -207,12 +210,13 @@ def _split_families(lines: Iterable[str], names: Collection[str] | None) -> Iter
             help_name, type_name, typ = m.groups()
             fam = help_name or type_name
             if last is not None and fam != last and buf:
-                yield _Family(buf, events)
-                buf, events = [], []
+                yield _Family(buf, events, origins)
+                buf, events, origins = [], [], []
             last = fam
             buf.append(line)
             if events is not None:
                 events.append(("HELP", fam, "") if help_name else ("TYPE", fam, typ))
+                origins.append(at)
             continue
         if names is not None:
             # The name ends at or before the first space, so the text before the last
@@ -231,47 +235,58 @@ def _split_families(lines: Iterable[str], names: Collection[str] | None) -> Iter
         sample = _simple_sample(line) if events is not None else None
         if sample is not None:
             events.append(sample)  # type: ignore[union-attr] - not None here
+            origins.append(at)
             continue
         events = None
         if line.lstrip().startswith("#"):
             last = None  # a comment once stripped: it may name a family
     if buf:
-        yield _Family(buf, events)
+        yield _Family(buf, events, origins)
 
 
-def _replay(events: list[Sample | tuple[str, str, str]], out: list[Sample]) -> None:
+def _replay(
+    events: list[Sample | tuple[str, str, str]],
+    origins: list[int],
+    out: list[Sample],
+    out_origins: list[int],
+) -> None:
     """What prometheus-client's text parser makes of these lines, minus the parsing.
 
     It groups samples under the last # HELP/# TYPE, starts an untyped family of
     one for a sample whose name that family does not allow, and renames a
-    counter's samples to ``<name>_total`` when the family name lacks it.
+    counter's samples to ``<name>_total`` when the family name lacks it. Each
+    sample's line number goes to ``out_origins``, in step with ``out``.
     """
     name = ""
     typ = "untyped"
     allowed: tuple[str, ...] = ()
     family: list[Sample] = []
+    family_at: list[int] = []
 
     def build() -> None:
         if typ == "counter" and not name.endswith("_total"):
             out.extend(Sample(s.name + "_total", s.labels, s.value) for s in family)
         else:
             out.extend(family)
+        out_origins.extend(family_at)
 
-    for ev in events:
+    for ev, at in zip(events, origins):
         if isinstance(ev, Sample):
             if ev.name in allowed:
                 family.append(ev)
+                family_at.append(at)
             else:
                 if name:
                     build()
-                name, typ, allowed, family = "", "untyped", (), []
+                name, typ, allowed, family, family_at = "", "untyped", (), [], []
                 out.append(ev)
+                out_origins.append(at)
             continue
         kind, fam, new_typ = ev
         if fam != name:
             if name:
                 build()
-            name, typ, family = fam, "untyped", []
+            name, typ, family, family_at = fam, "untyped", [], []
             allowed = (fam,)
         if kind == "TYPE":
             typ = new_typ
@@ -309,23 +324,88 @@ def _parse_slow(text: str, out: list[Sample]) -> int:
     return skipped
 
 
-def parse(text: str, names: Collection[str] | None = None) -> Exposition:
+class PageLayout:
+    """What a page's series were, so that the next page from the same server, whose
+    lines repeat all but their numbers, is read by its numbers alone.
+
+    A server writes the same series in the same order scrape after scrape; only
+    the numbers move (and a series now and then appears or goes). When every
+    line but its number matches the last page's, the samples are the last ones
+    with new values: no family grouping, no name filtering, no label parsing.
+    A page that differs anywhere, or a number the fast path would not read,
+    takes the whole parse again. One layout per scraped URL (not thread-safe).
+    """
+
+    __slots__ = ("_key", "_origins", "_heads", "generation")
+
+    def __init__(self) -> None:
+        self._key: list[str] | None = None
+        self._origins: tuple[int, ...] = ()
+        self._heads: tuple[tuple[str, dict[str, str]], ...] = ()
+        # Bumped whenever the series change: a caller keeping what it derived from
+        # the samples' names and labels knows when to derive it again.
+        self.generation = 0
+
+    def read(self, lines: list[str], key: list[str]) -> tuple[Sample, ...] | None:
+        """The samples of a page whose lines, but for their numbers, are the last page's."""
+        if key != self._key:
+            return None
+        out = []
+        for at, (name, labels) in zip(self._origins, self._heads):
+            number = lines[at].rpartition(" ")[2]
+            if len(number) > _MAX_NUMBER_CHARS or _NUMBER_ONLY.fullmatch(number) is None:
+                return None
+            value = float(number)
+            if not value and number[0] == "-" and number[1:].isdigit():
+                value = 0.0  # as _simple_sample: "-0" is an integer, +0
+            out.append(Sample(name, dict(labels) if labels else {}, value))
+        return tuple(out)
+
+    def remember(self, key: list[str] | None, samples: list[Sample], origins: list[int]) -> None:
+        self._key = key
+        self._origins = tuple(origins)
+        self._heads = tuple((s.name, dict(s.labels)) for s in samples)
+        self.generation += 1
+
+
+def _line_key(lines: list[str]) -> list[str]:
+    # Each line but its number; a comment whole (a # TYPE's last word is the type).
+    return [line if line[:1] == "#" else line.rpartition(" ")[0] for line in lines]
+
+
+def parse(
+    text: str, names: Collection[str] | None = None, layout: PageLayout | None = None
+) -> Exposition:
     """Parse ``text`` (first narrowed to ``names`` when given); never raises.
 
     Plain lines are read by the fast path; a family with any other line is
     parsed by prometheus-client, and if that rejects it, line by line, the bad
     ones skipped, so one garbled line hides neither its family nor the others.
+    With a ``layout`` (and ``names``), a page that repeats the last one's series
+    is read by its numbers alone (``PageLayout``).
     """
     # Split as the old two-step path did: select_lines by str.splitlines, and
     # prometheus-client (reading a StringIO) at "\n" only.
     lines = text.splitlines() if names is not None else text.split("\n")
+    key = None
+    if layout is not None and names is not None:
+        key = _line_key(lines)
+        again = layout.read(lines, key)
+        if again is not None:
+            return Exposition(again, 0)
     samples: list[Sample] = []
+    origins: list[int] = []
     skipped = 0
+    plain = True
     for family in _split_families(lines, names):
         if family.events is not None:
-            _replay(family.events, samples)
+            _replay(family.events, family.origins, samples, origins)
         else:
+            plain = False
             skipped += _parse_slow("\n".join(family.lines) + "\n", samples)
+    if key is not None and layout is not None:
+        # Only a page read wholly by the fast path has a sample for each line it kept.
+        layout.remember(key if plain else None, samples, origins if plain else [])
     return Exposition(tuple(samples), skipped)
 
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from monitor.sources.procfs import KeptFiles
+
 HOT_SHARE = 0.01  # of a core, since the previous full read: read every tick
 STALE_CPU_S = 0.05  # CPU the cold threads may run between full reads
 FULL_EVERY_S = 10.0  # new threads appear, hot ones cool down
@@ -89,19 +91,25 @@ class _Process:
 class ThreadCpuReader:
     """Per-thread CPU of several processes, each read in full only when it must be."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, files: KeptFiles | None = None
+    ) -> None:
         self._clock = clock
         self._procs: dict[int, _Process] = {}
+        # The hot threads' schedstat files, held open between ticks (procfs.KeptFiles).
+        self._files = files
         self.full_reads = 0
         self.thread_reads = 0  # schedstat files read, full and hot: for tests and benches
 
     def forget(self, pid: int) -> None:
         self._procs.pop(pid, None)
+        if self._files is not None:
+            self._files.drop_under(f"/proc/{pid}/task/")
 
     def keep_only(self, pids: set[int]) -> None:
         for pid in list(self._procs):
             if pid not in pids:
-                del self._procs[pid]
+                self.forget(pid)
 
     def read(self, pid: int, process_cpu: float) -> dict[int, float] | None:
         """{tid: CPU seconds} for every thread of `pid`; None without schedstat.
@@ -113,8 +121,10 @@ class ThreadCpuReader:
             return self._full(pid, process_cpu, now, state, None)
         base = f"/proc/{pid}/task/"
         fresh: dict[int, float] = {}
+        files = self._files
         for tid in state.hot:
-            data = read_small(f"{base}{tid}/schedstat")
+            path = f"{base}{tid}/schedstat"
+            data = files.read(path, 128) if files is not None else read_small(path)
             self.thread_reads += 1
             if data is not None:
                 try:
@@ -159,6 +169,9 @@ class ThreadCpuReader:
                 if tid not in before.at_full or cpu - before.at_full[tid] >= HOT_SHARE * elapsed
             )
             next_full = now + FULL_EVERY_S
+        if self._files is not None:
+            base = f"/proc/{pid}/task/"
+            self._files.keep_only({f"{base}{tid}/schedstat" for tid in hot}, base)
         self._procs[pid] = _Process(
             full_at=now,
             next_full=next_full,

@@ -24,6 +24,7 @@ from monitor.sources.base import Reading
 from monitor.sources.engine_config import EngineConfigProbe, ReportedCaps
 from monitor.sources.promtext import (
     Exposition,
+    PageLayout,
     Sample,
     Scraper,
     display_url,
@@ -284,22 +285,74 @@ def _not_served(text: str, url: str, tables: tuple[mn.Flavour, ...] | None) -> E
     )
 
 
+@dataclass(slots=True)
+class _Grouping:
+    """What a page's series decided (its engine, which samples go to which engine
+    and name), kept for the pages after it that repeat those series."""
+
+    generation: int
+    chosen: mn.Flavour
+    keys: list[Key]
+    places: list[tuple[str, Key, tuple[int, ...]]]  # name, engine key, sample indices
+
+    def series(self, samples: tuple[Sample, ...]) -> _Series:
+        by_name: dict[str, dict[Key, list[Sample]]] = {}
+        for name, key, at in self.places:
+            by_name.setdefault(name, {})[key] = [samples[i] for i in at]
+        return _Series(by_name, list(self.keys))
+
+
+class PageMemo:
+    """One URL's page layout and grouping: a page repeating the last one's series is
+    read by its numbers alone (``promtext.PageLayout``), then grouped as before."""
+
+    def __init__(self) -> None:
+        self.layout = PageLayout()
+        self.grouping: _Grouping | None = None
+
+
+def _grouped(
+    samples: tuple[Sample, ...], chosen: mn.Flavour, generation: int
+) -> tuple[_Series, _Grouping]:
+    mine = _names_of(chosen)
+    picked = [i for i, s in enumerate(samples) if s.name in mine]
+    series = _group((samples[i] for i in picked), chosen)
+    where = {id(samples[i]): i for i in picked}
+    places = [
+        (name, key, tuple(where[id(s)] for s in group))
+        for name, per_key in series.by_name.items()
+        for key, group in per_key.items()
+    ]
+    return series, _Grouping(generation, chosen, list(series.keys), places)
+
+
 def engines_from_text(
-    text: str, url: str, flavour: mn.Flavour | tuple[mn.Flavour, ...] | None = None
+    text: str,
+    url: str,
+    flavour: mn.Flavour | tuple[mn.Flavour, ...] | None = None,
+    memo: PageMemo | None = None,
 ) -> tuple[tuple[EngineSample, ...], int]:
     """Parse one exposition into EngineSamples and the number of skipped lines.
 
     ``flavour``: one table, an engine's tables (``--engine``), or None to detect the
     engine too. Raises EndpointError when the page is not a serving engine's metrics.
+    ``memo``: the same URL's last page, read again faster where its series repeat.
     """
     tables = (flavour,) if isinstance(flavour, mn.Flavour) else flavour
     names = _ALL_NAMES if tables is None else _engine_names(tables)
-    exposition = parse(text, names)
-    chosen, hits = detect_flavour(exposition, tables or mn.TABLES)
-    if hits == 0:
-        raise _not_served(text, url, tables)
-    mine = _names_of(chosen)
-    series = _group((s for s in exposition.samples if s.name in mine), chosen)
+    exposition = parse(text, names, memo.layout if memo is not None else None)
+    grouping = memo.grouping if memo is not None else None
+    if grouping is not None and memo is not None and grouping.generation == memo.layout.generation:
+        chosen = grouping.chosen
+        series = grouping.series(exposition.samples)
+    else:
+        chosen, hits = detect_flavour(exposition, tables or mn.TABLES)
+        if hits == 0:
+            raise _not_served(text, url, tables)
+        generation = memo.layout.generation if memo is not None else 0
+        series, grouping = _grouped(exposition.samples, chosen, generation)
+        if memo is not None:
+            memo.grouping = grouping
     engines = tuple(_engine(series, key, url, chosen) for key in series.keys)
     missing = _missing(engines, chosen)
     if missing:
@@ -351,6 +404,7 @@ class VllmSource:
                 # Forced to an engine that serves elsewhere: go there first.
                 self.url = self._alternatives.pop(0)
         self._scraper = Scraper(self.url, self.timeout)
+        self._memo = PageMemo()
         # The server's root: vLLM serves /server_info there, whatever path its metrics take.
         root = urlsplit(self.url)
         self.config = EngineConfigProbe(f"{root.scheme}://{root.netloc}", timeout=min(1.0, timeout))
@@ -369,7 +423,7 @@ class VllmSource:
         try:
             text = self._scraper.get()
             answered = True
-            found = engines_from_text(text, self.url, self._tables)
+            found = engines_from_text(text, self.url, self._tables, self._memo)
         except EndpointError as exc:
             # Only a server that answered (a page of no engine, an HTTP error) is asked at
             # the engines' own paths: one that is down or slow is not asked twice a tick.
@@ -392,6 +446,7 @@ class VllmSource:
             log.info("%s: engine metrics found at %s", display_url(self.url), display_url(alt))
             self._scraper.close()
             self._scraper, self.url, self._alternatives = scraper, alt, []
+            self._memo = PageMemo()
             return found
         return None
 

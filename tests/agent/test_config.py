@@ -44,7 +44,7 @@ def test_agent_table_in_a_shared_file(tmp_path: Path) -> None:
     ("file_text", "env", "flags", "message"),
     [
         ("interval: 0\n", {}, {}, "config {f}: interval: must be > 0"),
-        ("interval: -1\n", {"HEADROOM_INTERVAL": "abc"}, {}, "environment HEADROOM_INTERVAL: Input should be a valid number"),
+        ("interval: -1\n", {"HEADROOM_INTERVAL": "abc"}, {}, "environment HEADROOM_INTERVAL: must be a number, got 'abc'"),
         ("", {}, {"interval": 0.0}, "--interval: must be > 0"),
         ("intervall: 1\n", {}, {}, "config {f}: intervall: unknown setting"),
         ("listen: localhost\n", {}, {}, "config {f}: listen: expected HOST:PORT"),
@@ -54,6 +54,11 @@ def test_agent_table_in_a_shared_file(tmp_path: Path) -> None:
         ("- a\n- b\n", {}, {}, "config {f}: expected a table of settings"),
         ("interval: [\n", {}, {}, "config {f}: not valid YAML"),
         ("", {"HEADROOM_ENGINE": "ollama"}, {}, "environment HEADROOM_ENGINE: unknown engine 'ollama' (known: vllm, sglang, tgi"),
+        ("", {"HEADROOM_MAX_NUM_SEQS": "1.5"}, {}, "environment HEADROOM_MAX_NUM_SEQS: must be an integer, got '1.5'"),
+        ("", {"HEADROOM_HOST": "maybe"}, {}, "environment HEADROOM_HOST: must be true or false, got 'maybe'"),
+        ("vllm: http://a:8000\n", {}, {}, "config {f}: vllm: must be a list, got 'http://a:8000'"),
+        ("timeout: true\n", {}, {}, "config {f}: timeout: must be a number"),
+        ("", {"HEADROOM_PIDS": "12,x"}, {}, "environment HEADROOM_PIDS: must be an integer, got 'x'"),
     ],
 )  # fmt: skip
 def test_bad_values_are_one_line_errors(
@@ -66,6 +71,16 @@ def test_bad_values_are_one_line_errors(
     text = str(info.value)
     assert message.format(f=f) in text
     assert "\n" not in text
+
+
+def test_values_from_files_and_the_environment_are_converted(tmp_path: Path) -> None:
+    f = tmp_path / "agent.yaml"
+    f.write_text("interval: 2\nmax_num_seqs: 64.0\npids: [7, '8']\nallow_profile: yes\n")
+    env = {"HEADROOM_HOST": "false", "HEADROOM_GPM": "0", "HEADROOM_WINDOW": " 30 "}
+    cfg = load_agent_config(f, env=env)
+    assert (cfg.interval, cfg.window, cfg.max_num_seqs, cfg.pids) == (2.0, 30.0, 64, (7, 8))
+    assert isinstance(cfg.interval, float) and isinstance(cfg.max_num_seqs, int)
+    assert (cfg.host, cfg.gpm, cfg.allow_profile) == (False, False, True)
 
 
 def test_engine_is_forced_from_the_environment() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -229,3 +230,39 @@ def test_without_schedstat_the_threads_come_from_psutil(
     assert src._schedstat is False
     assert w.busiest_thread is not None and w.busiest_thread.name == "hr-burner"
     assert w.busiest_thread.cpu_ratio > 0.5
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_files_held_open_read_what_psutil_reads_and_close_when_the_process_goes(
+    burner: subprocess.Popen[str],
+) -> None:
+    # The source keeps /proc/stat, the process's stat and its hot threads' schedstat
+    # open between ticks: the figures must be psutil's, the descriptors must not pile
+    # up tick after tick, and they must close when the process goes.
+    src = HostSource(pids=[burner.pid], rediscover_s=3600)
+    before = _open_fds()
+    first = src.read().host
+    assert first is not None
+    held = _open_fds()
+    for _ in range(30):
+        host = src.read().host
+    assert _open_fds() == held  # no descriptor per tick
+    assert held - before <= 2 + len(first.processes[0].threads)
+    (proc,) = host.processes  # type: ignore[union-attr]
+    want = psutil.Process(burner.pid).cpu_times()
+    assert proc.cpu_seconds == pytest.approx(want.user + want.system, abs=0.05)
+    assert proc.name == psutil.Process(burner.pid).name()
+    t = psutil.cpu_times()
+    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    assert host.cpu_total_seconds == pytest.approx(total, rel=1e-3)  # type: ignore[union-attr]
+    assert host.cpu_idle_seconds == pytest.approx(t.idle + t.iowait, rel=1e-3)  # type: ignore[union-attr]
+    burner.kill()
+    burner.wait(timeout=10)
+    assert src.read().host.processes == ()  # type: ignore[union-attr]
+    assert _open_fds() <= before + 1  # /proc/stat only
+    src.close()
+    assert _open_fds() == before

@@ -374,6 +374,75 @@ def test_a_mutated_real_page_reads_as_prometheus_client_reads_it(
         assert [_key(s.name, s.labels, s.value) for s in got.samples] == want
 
 
+# --- the next page through the last one's layout ------------------------------
+
+
+def _layout_read(first: str, then: str, names: Collection[str] | None) -> promtext.Exposition:
+    layout = promtext.PageLayout()
+    parse(first, names, layout)
+    return parse(then, names, layout)
+
+
+def _renumbered(page: str, numbers: list[str]) -> str:
+    out = []
+    for i, line in enumerate(page.splitlines()):
+        if line and not line.startswith("#"):
+            line = line.rpartition(" ")[0] + " " + numbers[i % len(numbers)]
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@DIFF
+@given(_page(escapes=True), st.lists(_NUMBER, min_size=1, max_size=20), st.booleans())
+def test_a_page_repeating_the_last_series_reads_as_a_fresh_parse(
+    page: str, numbers: list[str], narrow: bool
+) -> None:
+    names = VLLM_NAMES | set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", page)) if narrow else None
+    names = frozenset(names) if names is not None else None
+    then = _renumbered(page, numbers)
+    fresh = parse(then, names)
+    got = _layout_read(page, then, names)
+    assert got.skipped_lines == fresh.skipped_lines
+    assert [_key(s.name, s.labels, s.value) for s in got.samples] == [
+        _key(s.name, s.labels, s.value) for s in fresh.samples
+    ]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False), st.integers(1, 4))
+def test_a_real_page_changed_anywhere_after_the_last_reads_as_a_fresh_parse(
+    rnd: random.Random, edits: int
+) -> None:
+    lines = UNDER_LOAD.splitlines()
+    for _ in range(edits):
+        i = rnd.randrange(len(lines))
+        j = rnd.randrange(len(lines[i]) + 1)
+        lines[i] = lines[i][:j] + rnd.choice(_MUTANTS) + lines[i][j + 1 :]
+    then = "\n".join(lines) + "\n"
+    fresh = parse(then, VLLM_NAMES)
+    got = _layout_read(UNDER_LOAD, then, VLLM_NAMES)
+    assert got.skipped_lines == fresh.skipped_lines
+    assert [_key(s.name, s.labels, s.value) for s in got.samples] == [
+        _key(s.name, s.labels, s.value) for s in fresh.samples
+    ]
+
+
+def test_a_family_whose_type_changed_is_not_read_through_the_layout() -> None:
+    names = frozenset({"m", "m_total"})
+    first = "# TYPE m counter\nm 1\n"
+    then = "# TYPE m gauge\nm 2\n"
+    assert [s.name for s in _layout_read(first, then, names).samples] == ["m"]
+    assert [s.name for s in _layout_read(then, first, names).samples] == ["m_total"]
+
+
+def test_the_layout_gives_each_read_its_own_labels() -> None:
+    layout = promtext.PageLayout()
+    first = parse('m{engine="0"} 1\n', frozenset({"m"}), layout).samples[0]
+    first.labels["engine"] = "changed"
+    again = parse('m{engine="0"} 2\n', frozenset({"m"}), layout).samples[0]
+    assert (again.labels, again.value) == ({"engine": "0"}, 2.0)
+
+
 # --- the page is fetched as plain text ----------------------------------------
 
 

@@ -360,3 +360,36 @@ def test_a_garbled_line_costs_that_line_only(
     assert e.waiting == 8.0  # ...the others are still read
     (err,) = reading.errors
     assert err.message == f"{http_server.url}/metrics: skipped 1 malformed line(s)"
+
+
+def _advanced(page: str, by: float, model: str) -> str:
+    """The page ``by`` later: every cumulative series grown, the model renamed."""
+    out = []
+    for line in page.splitlines():
+        if line and not line.startswith("#"):
+            prefix, _, number = line.rpartition(" ")
+            if prefix.partition("{")[0].endswith(("_total", "_count", "_sum", "_bucket")):
+                line = f"{prefix} {float(number) + by}"
+        out.append(line.replace('model_name="tiny-llama"', f'model_name="{model}"'))
+    return "\n".join(out) + "\n"
+
+
+def test_pages_read_through_the_last_ones_layout_give_the_same_engines(
+    read_fixture: Callable[[str], str],
+) -> None:
+    # A server repeats its series scrape after scrape: the source reads the next page
+    # through the last one's layout, and must get what a fresh read gets, also across
+    # a model renamed between pages and a series that appears.
+    from monitor.sources.vllm import PageMemo
+
+    page = read_fixture(UNDER_LOAD)
+    memo = PageMemo()
+    pages = [_advanced(page, 5.0 * i, "tiny-llama" if i < 4 else "other") for i in range(8)]
+    pages.append(pages[-1] + 'vllm:num_requests_running{engine="1",model_name="other"} 3.0\n')
+    pages.append(pages[-1].replace("} 3.0\n", "} 4.0\n"))
+    for text in pages:
+        assert engines_from_text(text, "http://h/metrics", None, memo) == engines_from_text(
+            text, "http://h/metrics"
+        )
+    (e0, e1), _ = engines_from_text(pages[-1], "http://h/metrics", None, memo)
+    assert (e0.model_name, e1.engine, e1.running) == ("other", "1", 4.0)
