@@ -152,7 +152,7 @@ def _limit_reason(a: StepResult, b: StepResult, gain_threshold: float) -> str | 
     if gain < gain_threshold and rising and pair is not None:
         la, lb = pair
         return (
-            f"throughput +{100 * gain:.0f}% per doubling (< {100 * gain_threshold:.0f}%) "
+            f"throughput {100 * gain:+.0f}% per doubling (< {100 * gain_threshold:.0f}%) "
             f"while latency rose {la:.3g} -> {lb:.3g} s"
         )
     return None
