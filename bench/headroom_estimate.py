@@ -93,6 +93,8 @@ def main() -> None:
                 f"{hc.get('measured_rate_rps')} req/s  [{time.monotonic() - t0:.0f} s]"
             )
             print(rows[-1], flush=True)
+            rows.append(steps_row(name, result))
+            print(rows[-1], flush=True)
             for st in result["steps"]:
                 tt = ttft_row(name, st)
                 if tt:
@@ -118,6 +120,23 @@ def main() -> None:
             )
         return
     args.out.write_text("\n".join(head + rows + ttft_head + ttft_rows) + "\n")
+
+
+def steps_row(name: str, result: dict) -> str:
+    """What the sweep measured at each load, in the order it measured them, and how it read
+    the knee: throughput (with its noise), the curve's knee where the curve decided it."""
+    steps = []
+    for st in result["steps"]:
+        rse = st.get("output_tokens_per_s_rse")
+        noise = "" if rse is None else f"+-{100 * rse:.1f}%"
+        wait = st.get("waiting_p50")
+        queue = f" w{wait:g}" if wait else ""
+        steps.append(f"{st['concurrency']}:{st['output_tokens_per_s']:.0f}{noise}{queue}")
+    sat = result["saturation"]
+    return (
+        f"{name:<18}   steps (c:tok/s, w = waiting p50) {' '.join(steps)}; curve's knee "
+        f"{sat.get('fitted_knee')}; {sat.get('reason')}"
+    )
 
 
 def ttft_row(name: str, step: dict) -> str | None:

@@ -116,6 +116,9 @@ class StepResult(BaseModel):
     errors_sample: list[str] = Field(default_factory=list)
     requests_per_s: float
     output_tokens_per_s: float
+    # Relative standard error of output_tokens_per_s, from the spread of the rate over
+    # equal parts of the hold: how far apart two steps must be to differ beyond noise.
+    output_tokens_per_s_rse: float | None = None
     input_tokens_per_s: float | None = None
     ttft_p50_s: float | None = None
     ttft_p90_s: float | None = None
@@ -231,9 +234,13 @@ class Saturation(BaseModel):
     inferred_cap: int | None = None
     step_index: int | None = None
     reason: str
-    # Set when the saturation step already queues but still did much more than the step
-    # below: the limit lies between the two, and an adaptive sweep bisects there.
+    # Set when the limit lies between the saturation step and this (lower) one: the step
+    # already queues but still did much more than the one below, or the fitted knee lies
+    # below the step nearest it. An adaptive sweep bisects there.
     refine_from_step_index: int | None = None
+    # The closed-loop fit X(n) = n / (a + b n) to the measured steps, where it decided the
+    # knee: the concurrency at which a doubling gains under the threshold.
+    fitted_knee: float | None = None
 
 
 class Goodput(BaseModel):

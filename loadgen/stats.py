@@ -50,6 +50,30 @@ def tokens_in_window(rec: RequestRecord, start: float, end: float) -> float:
     return n * weight
 
 
+RATE_PARTS = 4
+
+
+def rate_rse(records: Sequence[RequestRecord], start: float, end: float,
+             parts: int = RATE_PARTS) -> float | None:  # fmt: skip
+    """Relative standard error of the output token rate over [start, end].
+
+    The hold cut into equal parts, each part's rate: their spread over the square root of
+    their number is how far the whole hold's rate may be from the server's steady one.
+    None when the hold delivered no tokens."""
+    width = (end - start) / parts
+    if width <= 0:
+        return None
+    rates = []
+    for k in range(parts):
+        lo, hi = start + k * width, start + (k + 1) * width
+        rates.append(sum(tokens_in_window(r, lo, hi) for r in records) / width)
+    mean = sum(rates) / parts
+    if mean <= 0:
+        return None
+    var = sum((x - mean) ** 2 for x in rates) / (parts - 1)
+    return math.sqrt(var / parts) / mean
+
+
 @dataclass(frozen=True, slots=True)
 class ClientStats:
     duration_s: float

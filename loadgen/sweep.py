@@ -24,7 +24,7 @@ from loadgen.plan import AdaptivePlan, FixedPlan
 from loadgen.progress import Progress
 from loadgen.schema import EnvironmentInfo, GpuActivity, StepResult, SweepConfig, SweepResult
 from loadgen.stall import StallProbe
-from loadgen.stats import client_cpu, client_stats
+from loadgen.stats import client_cpu, client_stats, rate_rse
 from loadgen.trace import TraceEntry, load_trace, mean_rate, span_s
 from monitor.errors import EndpointError, HeadroomError
 from monitor.pipeline import Monitor
@@ -326,6 +326,7 @@ class Sweep:
             errors_sample=list(cs.errors_sample),
             requests_per_s=round(cs.requests_per_s, 5),
             output_tokens_per_s=round(cs.output_tokens_per_s, 4),
+            output_tokens_per_s_rse=_r(rate_rse(records, start, end), 4),
             input_tokens_per_s=_r(cs.input_tokens_per_s, 4),
             **{
                 f"{m}_{p}_s": _r(getattr(cs, m)[p])

@@ -100,3 +100,15 @@ def test_record_lines_round_trip_and_tail_waits_for_whole_lines(tmp_path) -> Non
     with open(path, "a") as fh:
         fh.write(line[20:] + "\n" + "garbage\n")
     assert list(tail.read_new()) == [r]
+
+
+def test_a_holds_rate_spread_is_read_from_its_parts() -> None:
+    from loadgen.stats import rate_rse
+
+    # One token every 0.1 s through the hold: every part delivers alike.
+    steady = [rec(0.0, 0.05, [0.1] * 79)]
+    assert rate_rse(steady, 0.0, 8.0) == pytest.approx(0.0, abs=0.02)
+    # The same tokens, all in the first half: the parts disagree, the rate is uncertain.
+    bursty = [rec(0.0, 0.05, [0.05] * 79)]
+    assert rate_rse(bursty, 0.0, 8.0) > 0.4
+    assert rate_rse([], 0.0, 8.0) is None
