@@ -9,7 +9,7 @@ bucket deltas over the window, from which means and quantiles follow.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -191,8 +191,29 @@ _GPU_MEANS = (
 )  # fmt: skip
 
 
+def gpu_window_of(last: GpuSample, **figures: Any) -> GpuWindow:
+    """A GPU's window: what its newest reading says, plus ``figures`` over the window
+    (samples, util_max, throttle_reasons, processes and the means). One builder for
+    both ways of computing a window (here, and monitor.window_live's running sums)."""
+    return GpuWindow(
+        index=last.index,
+        uuid=last.uuid,
+        name=last.name,
+        source=last.source,
+        power_limit_watts=last.power_limit_watts,
+        sm_clock_max_hz=last.sm_clock_max_hz,
+        memory_used_bytes=last.memory_used_bytes,
+        memory_total_bytes=last.memory_total_bytes,
+        mig_parent=last.mig_parent,
+        mig_instance=last.mig_instance,
+        labels=last.labels,
+        pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
+        pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
+        **figures,
+    )
+
+
 def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
-    last = samples[-1]
     means = {name: _mean(getattr(s, name) for s in samples) for name in _GPU_MEANS}
     reasons: set[str] = set()
     any_reasons = False
@@ -200,23 +221,11 @@ def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
         if s.throttle_reasons is not None:
             any_reasons = True
             reasons.update(s.throttle_reasons)
-    return GpuWindow(
-        index=last.index,
-        uuid=last.uuid,
-        name=last.name,
-        source=last.source,
+    return gpu_window_of(
+        samples[-1],
         util_max=_max(s.util for s in samples),
-        power_limit_watts=last.power_limit_watts,
-        sm_clock_max_hz=last.sm_clock_max_hz,
         throttle_reasons=tuple(sorted(reasons)) if any_reasons else None,
-        memory_used_bytes=last.memory_used_bytes,
-        memory_total_bytes=last.memory_total_bytes,
-        mig_parent=last.mig_parent,
-        labels=last.labels,
         samples=len(samples),
-        pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
-        pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
-        mig_instance=last.mig_instance,
         processes=next((s.processes for s in reversed(samples) if s.processes is not None), None),
         **means,
     )
@@ -303,48 +312,44 @@ def _prefix_hit_rate(samples: Sequence[EngineSample]) -> float | None:
     return _mean(s.prefix_cache_hit_rate for s in samples)
 
 
-def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
-    last = samples[-1]
-    elapsed = times[-1] - times[0] if len(times) >= 2 else 0.0
+# EngineWindow's rates: the counter (an EngineSample field) each is the increase of.
+_RATES = {
+    "preemptions_per_s": "preemptions_total",
+    "prompt_tokens_per_s": "prompt_tokens_total",
+    "generation_tokens_per_s": "generation_tokens_total",
+    "requests_per_s": "request_success_total",
+    "admission_rejections_per_s": "admission_rejections_total",
+    "flops_per_s": "estimated_flops_total",
+    "read_bytes_per_s": "estimated_read_bytes_total",
+    "write_bytes_per_s": "estimated_write_bytes_total",
+}
 
-    def rate(name: str) -> float | None:
-        inc = counter_increase([getattr(s, name) for s in samples])
+
+def engine_window_of(
+    last: EngineSample,
+    elapsed: float,
+    increase: Callable[[str], float | None],
+    deltas: Mapping[str, Histogram],
+    **figures: Any,
+) -> EngineWindow:
+    """An engine's window from its newest reading, each counter's ``increase`` over the
+    window, the histograms' deltas, and ``figures`` (samples, the gauges' means, extremes
+    and series, the prefix hit rate, the reported cap). One builder for both ways of
+    computing a window (here, and monitor.window_live's running sums)."""
+
+    def rate(counter: str) -> float | None:
+        inc = increase(counter)
         if inc is None or elapsed <= 0:
             return None
         return inc / elapsed
 
-    names = [k for k, _ in last.histograms]
-    deltas = {n: histogram_delta([s.histogram(n) for s in samples]) for n in names}
-    deltas = {n: h for n, h in deltas.items() if h is not None}
-    running = [s.running for s in samples]
-    waiting = [s.waiting for s in samples]
     return EngineWindow(
         url=last.url,
         model_name=last.model_name,
         engine=last.engine,
         flavour=last.flavour,
         elapsed_s=elapsed,
-        samples=len(samples),
-        running_mean=_mean(running),
-        running_max=_max(running),
-        running_min=_min(running),
-        waiting_mean=_mean(waiting),
-        waiting_max=_max(waiting),
-        waiting_first=next((w for w in waiting if w is not None), None),
-        waiting_last=next((w for w in reversed(waiting) if w is not None), None),
-        waiting_capacity_mean=_mean(s.waiting_capacity for s in samples),
-        waiting_deferred_mean=_mean(s.waiting_deferred for s in samples),
-        kv_cache_usage_mean=_mean(s.kv_cache_usage for s in samples),
-        kv_cache_usage_max=_max(s.kv_cache_usage for s in samples),
-        preemptions_per_s=rate("preemptions_total"),
-        prompt_tokens_per_s=rate("prompt_tokens_total"),
-        generation_tokens_per_s=rate("generation_tokens_total"),
-        requests_per_s=rate("request_success_total"),
-        admission_rejections_per_s=rate("admission_rejections_total"),
-        flops_per_s=rate("estimated_flops_total"),
-        read_bytes_per_s=rate("estimated_read_bytes_total"),
-        write_bytes_per_s=rate("estimated_write_bytes_total"),
-        prefix_cache_hit_rate=_prefix_hit_rate(samples),
+        **{name: rate(counter) for name, counter in _RATES.items()},
         ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
         ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
         ttft_mean_s=histogram_mean(deltas.get(TTFT)),
@@ -358,18 +363,47 @@ def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> En
         prefill_mean_s=histogram_mean(deltas.get(PREFILL)),
         decode_mean_s=histogram_mean(deltas.get(DECODE)),
         iteration_tokens_mean=histogram_mean(deltas.get(ITERATION_TOKENS)),
-        running_series=tuple(v for v in running if v is not None),
-        waiting_series=tuple(v for v in waiting if v is not None),
         histograms=tuple(sorted(deltas.items())),
         flavour_version=last.flavour_version,
         missing=last.missing,
-        seq_cap_reported=next(
-            (s.seq_cap_reported for s in reversed(samples) if s.seq_cap_reported), None
-        ),
         cache_config=last.cache_config,
         reported_max_num_seqs=_int_or_none(last.reported_max_num_seqs),
         reported_max_num_batched_tokens=_int_or_none(last.reported_max_num_batched_tokens),
         reported_caps_origin=last.reported_caps_origin,
+        **figures,
+    )
+
+
+def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
+    last = samples[-1]
+    elapsed = times[-1] - times[0] if len(times) >= 2 else 0.0
+    names = [k for k, _ in last.histograms]
+    deltas = {n: histogram_delta([s.histogram(n) for s in samples]) for n in names}
+    running = [s.running for s in samples]
+    waiting = [s.waiting for s in samples]
+    return engine_window_of(
+        last,
+        elapsed,
+        lambda name: counter_increase([getattr(s, name) for s in samples]),
+        {n: h for n, h in deltas.items() if h is not None},
+        samples=len(samples),
+        running_mean=_mean(running),
+        running_max=_max(running),
+        running_min=_min(running),
+        waiting_mean=_mean(waiting),
+        waiting_max=_max(waiting),
+        waiting_first=next((w for w in waiting if w is not None), None),
+        waiting_last=next((w for w in reversed(waiting) if w is not None), None),
+        waiting_capacity_mean=_mean(s.waiting_capacity for s in samples),
+        waiting_deferred_mean=_mean(s.waiting_deferred for s in samples),
+        kv_cache_usage_mean=_mean(s.kv_cache_usage for s in samples),
+        kv_cache_usage_max=_max(s.kv_cache_usage for s in samples),
+        prefix_cache_hit_rate=_prefix_hit_rate(samples),
+        running_series=tuple(v for v in running if v is not None),
+        waiting_series=tuple(v for v in waiting if v is not None),
+        seq_cap_reported=next(
+            (s.seq_cap_reported for s in reversed(samples) if s.seq_cap_reported), None
+        ),
     )
 
 

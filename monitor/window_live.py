@@ -26,25 +26,16 @@ from typing import Any
 from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot
 from monitor.window import (
     _GPU_MEANS,
-    DECODE,
-    E2E,
-    ITERATION_TOKENS,
-    ITL,
-    PREFILL,
-    QUEUE,
-    TPOT,
-    TTFT,
     EngineWindow,
     GpuWindow,
     HostWindow,
     WindowStats,
     _engine_key,
     _gpu_key,
-    _int_or_none,
     compute_window,
+    engine_window_of,
+    gpu_window_of,
     histogram_delta,
-    histogram_mean,
-    histogram_quantile,
     host_window,
 )
 
@@ -314,29 +305,16 @@ class _GpuGroup(_Group):
             self.reasons += Counter()  # drop the reasons that no reading holds any more
 
     def stats(self) -> GpuWindow:
-        last: GpuSample = self.entries[-1][2]
-        return GpuWindow(
-            index=last.index,
-            uuid=last.uuid,
-            name=last.name,
-            source=last.source,
+        return gpu_window_of(
+            self.entries[-1][2],
             util_max=self.util_max.value(),
-            power_limit_watts=last.power_limit_watts,
-            sm_clock_max_hz=last.sm_clock_max_hz,
             throttle_reasons=tuple(sorted(self.reasons)) if self.with_reasons else None,
-            memory_used_bytes=last.memory_used_bytes,
-            memory_total_bytes=last.memory_total_bytes,
-            mig_parent=last.mig_parent,
-            mig_instance=last.mig_instance,
             # Read every few seconds, not every tick: the latest list still in the window.
             processes=next(
                 (e[2].processes for e in reversed(self.entries) if e[2].processes is not None),
                 None,
             ),
-            labels=last.labels,
             samples=len(self.entries),
-            pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
-            pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
             **{name: acc.mean() for name, acc in self.means.items()},
         )
 
@@ -407,13 +385,6 @@ class _EngineGroup(_Group):
         entries = self.entries
         last: EngineSample = entries[-1][2]
         elapsed = entries[-1][1] - entries[0][1] if len(entries) >= 2 else 0.0
-
-        def rate(name: str) -> float | None:
-            inc = self.counters[name].value()
-            if inc is None or elapsed <= 0:
-                return None
-            return inc / elapsed
-
         deltas: dict[str, Histogram] = {}
         for name, _ in last.histograms:
             acc = self.hists.get(name)
@@ -429,12 +400,11 @@ class _EngineGroup(_Group):
         m = self.means
         running = self.running.items
         waiting = self.waiting.items
-        return EngineWindow(
-            url=last.url,
-            model_name=last.model_name,
-            engine=last.engine,
-            flavour=last.flavour,
-            elapsed_s=elapsed,
+        return engine_window_of(
+            last,
+            elapsed,
+            lambda name: self.counters[name].value(),
+            deltas,
             samples=len(entries),
             running_mean=m["running"].mean(),
             running_max=self.running_max.value(),
@@ -447,38 +417,10 @@ class _EngineGroup(_Group):
             waiting_deferred_mean=m["waiting_deferred"].mean(),
             kv_cache_usage_mean=m["kv_cache_usage"].mean(),
             kv_cache_usage_max=self.kv_max.value(),
-            preemptions_per_s=rate("preemptions_total"),
-            prompt_tokens_per_s=rate("prompt_tokens_total"),
-            generation_tokens_per_s=rate("generation_tokens_total"),
-            requests_per_s=rate("request_success_total"),
-            admission_rejections_per_s=rate("admission_rejections_total"),
-            flops_per_s=rate("estimated_flops_total"),
-            read_bytes_per_s=rate("estimated_read_bytes_total"),
-            write_bytes_per_s=rate("estimated_write_bytes_total"),
             prefix_cache_hit_rate=hit_rate,
-            ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
-            ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
-            ttft_mean_s=histogram_mean(deltas.get(TTFT)),
-            itl_p50_s=histogram_quantile(0.5, deltas.get(ITL)),
-            itl_p95_s=histogram_quantile(0.95, deltas.get(ITL)),
-            tpot_mean_s=histogram_mean(deltas.get(TPOT)),
-            e2e_mean_s=histogram_mean(deltas.get(E2E)),
-            e2e_p50_s=histogram_quantile(0.5, deltas.get(E2E)),
-            e2e_p95_s=histogram_quantile(0.95, deltas.get(E2E)),
-            queue_mean_s=histogram_mean(deltas.get(QUEUE)),
-            prefill_mean_s=histogram_mean(deltas.get(PREFILL)),
-            decode_mean_s=histogram_mean(deltas.get(DECODE)),
-            iteration_tokens_mean=histogram_mean(deltas.get(ITERATION_TOKENS)),
             running_series=tuple(v for _, v in running),
             waiting_series=tuple(v for _, v in waiting),
-            histograms=tuple(sorted(deltas.items())),
-            flavour_version=last.flavour_version,
-            missing=last.missing,
             seq_cap_reported=self.seq_cap[1] if self.seq_cap is not None else None,
-            cache_config=last.cache_config,
-            reported_max_num_seqs=_int_or_none(last.reported_max_num_seqs),
-            reported_max_num_batched_tokens=_int_or_none(last.reported_max_num_batched_tokens),
-            reported_caps_origin=last.reported_caps_origin,
         )
 
 
