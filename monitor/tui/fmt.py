@@ -222,6 +222,22 @@ class Steady:
             shown = self.shown[key] = round(value, digits)
         return shown
 
+    def figures(self, key: str, rec: Mapping[str, Any], rel: float = 0.02) -> dict[str, Any]:
+        """A record (and the records in it) with each figure held within ``rel`` of itself:
+        a rate or latency printed to three digits flickers on the last one every tick."""
+        out: dict[str, Any] = {}
+        for k, v in rec.items():
+            if isinstance(v, Mapping):
+                out[k] = self.figures(f"{key}.{k}", v, rel)
+            elif isinstance(v, float) and not (k in ("time", "since") or k.endswith("_at")):
+                shown = self.shown.get(f"{key}.{k}")
+                if shown is None or abs(v - shown) > rel * abs(shown):
+                    shown = self.shown[f"{key}.{k}"] = v
+                out[k] = shown
+            else:
+                out[k] = v
+        return out
+
 
 def series(history: Sequence[Mapping[str, Any]], pick: Any) -> list[float | None]:
     """One figure over a history of reports: ``pick(report)`` may return None or raise KeyError."""

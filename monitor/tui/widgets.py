@@ -122,7 +122,7 @@ class Panel(Widget, can_focus=True):
         drawn = self._drawn
         if drawn is not None and drawn[0] == width and drawn[1] == text:
             return
-        lines = list(text.wrap(self.app.console, max(1, width)))
+        lines = screen_lines(text, width, self.app.console)
         self._drawn = (width, text, lines)
         if drawn is None or drawn[0] != width or len(drawn[2]) != len(lines):
             self.refresh(layout=True)
@@ -155,10 +155,19 @@ class Panel(Widget, can_focus=True):
         # Measure at the width we will be given, so bars sized to it do not wrap.
         text = self.draw(max(20, width))
         text.rstrip()
-        return len(text.wrap(self.app.console, max(1, width)))
+        return len(screen_lines(text, max(1, width), self.app.console))
 
     def draw(self, width: int) -> Text:  # pragma: no cover - every panel overrides it
         return Text()
+
+
+def screen_lines(text: Text, width: int, console: Any) -> list[Text]:
+    """The lines a text takes on screen at ``width``: its own lines where they fit (most
+    do: panels clip what could overflow), which is several times cheaper than wrapping."""
+    lines = list(text.split("\n", allow_blank=True))
+    if all(cell_len(line.plain) <= width for line in lines):
+        return lines
+    return list(text.wrap(console, max(1, width)))
 
 
 def changed_cells(old: Text, new: Text, width: int) -> tuple[int, int]:
@@ -179,8 +188,9 @@ def changed_cells(old: Text, new: Text, width: int) -> tuple[int, int]:
             x1 -= 1
         spans.append((x0, x1))
     if old.spans != new.spans or old.style != new.style:
-        sa, sb = _cell_styles(old), _cell_styles(new)
-        diff = [i for i in range(max(len(sa), len(sb))) if _at(sa, i) != _at(sb, i)]
+        n = max(len(a), len(b))
+        sa, sb = _cell_styles(old, n), _cell_styles(new, n)
+        diff = [i for i, (x, y) in enumerate(zip(sa, sb)) if x != y]
         if diff:
             spans.append((diff[0], diff[-1] + 1))
     if not spans:
@@ -189,16 +199,13 @@ def changed_cells(old: Text, new: Text, width: int) -> tuple[int, int]:
     return x0, max(x0 + 1, min(width, max(x for _, x in spans)))
 
 
-def _cell_styles(line: Text) -> list[Any]:
-    styles: list[Any] = [line.style] * len(line.plain)
+def _cell_styles(line: Text, n: int) -> list[Any]:
+    """Each of ``n`` cells' styles, as the spans over it in order (past the text: None)."""
+    styles: list[Any] = [(line.style,)] * len(line.plain) + [None] * (n - len(line.plain))
     for span in line.spans:
-        for i in range(span.start, min(span.end, len(styles))):
-            styles[i] = (styles[i], span.style)
+        end = min(span.end, len(line.plain))
+        styles[span.start : end] = [(*st, span.style) for st in styles[span.start : end]]
     return styles
-
-
-def _at(styles: list[Any], i: int) -> Any:
-    return styles[i] if i < len(styles) else None
 
 
 def source_errors(text: Text, errors: Sequence[Report]) -> None:
@@ -357,6 +364,7 @@ class EnginePanel(Panel):
         if e is None:
             text.append("no reading on this tick", style="dim")
             return text
+        e = self.steady.figures("engine", e)
         self.border_title = (
             f"{e.get('model_name') or '?'} · engine {e.get('engine') or '-'} · "
             f"{fmt.short_url(e.get('url', ''))} · {engine_title(e)}"
@@ -548,6 +556,7 @@ class LittlePanel(Panel):
             return text
         total = (self.view.report or {}).get("engines_total")
         if total:
+            total = self.steady.figures("total", total)
             # Data-parallel ranks or several servers: what they carry together.
             text.append(
                 f"all {total['engines']} engines: running {fmt.num(total.get('running'), '.1f')}"
@@ -560,6 +569,7 @@ class LittlePanel(Panel):
             if len(engines) > 1:
                 text.append(f"{e.get('model_name')}/{e.get('engine')}\n", style="underline")
             widens = bool((self.view.report or {}).get("window_widens_to_s"))
+            e = self.steady.figures(fmt.engine_key(e), e)
             text.append_text(littles_lines(e, width, widens))
         return text
 
@@ -575,6 +585,7 @@ class HostPanel(Panel):
         if not h:
             text.append("host not read", style="dim")
             return text
+        h = self.steady.figures("host", h)
         past = fmt.series(self.view.history, lambda r: (r.get("host") or {}).get("cpu_busy_ratio"))
         meter(
             text, "CPU", self.hold("cpu", h.get("cpu_busy_ratio")), width, self.view.columns(past)

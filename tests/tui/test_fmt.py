@@ -69,3 +69,13 @@ def test_steady_figures_move_by_more_than_their_tolerance() -> None:
     assert held("util", 0.8351, 0.01, 2) == 0.84
     assert held("util", 0.8512, 0.01, 2) == 0.85  # a point and more away: shown as read
     assert held("util", None, 0.01, 2) is None  # unknown stays unknown
+
+
+def test_steady_records_hold_rates_within_two_percent_and_never_a_clock() -> None:
+    held = fmt.Steady()
+    first = {"requests_per_s": 2.2, "time": 1000.0, "analysis": {"littles_latency_s": 13.7}}
+    assert held.figures("e", first) == first
+    near = {"requests_per_s": 2.23, "time": 1001.0, "analysis": {"littles_latency_s": 13.5}}
+    assert held.figures("e", near) == {**first, "time": 1001.0}  # rates held, the clock not
+    far = {"requests_per_s": 2.36, "time": 1002.0, "analysis": {"littles_latency_s": 14.1}}
+    assert held.figures("e", far) == far
