@@ -101,6 +101,7 @@ class HeadroomApp(App[int]):
         self._latest: Frame | None = None
         self._feed_error: str | None = None
         self._stop = threading.Event()
+        self._steady = fmt.Steady()
 
     # Data in -------------------------------------------------------------------------------
 
@@ -203,7 +204,11 @@ class HeadroomApp(App[int]):
         """Where the data come from and when; cut to ``width`` by dropping the least
         urgent parts whole (the clock and window stay, the feed's name goes first)."""
         rep = self.view.report
-        parts: list[tuple[int, str]] = [(1, self.title), (9, self.feed.label)]  # (rank, text)
+        parts: list[tuple[int, str]] = []  # (rank, text)
+        if rep:
+            # First: it changes every tick, and a change repaints the line from its left end.
+            parts.append((5, fmt.clock(rep.get("time"))))
+        parts += [(1, self.title), (9, self.feed.label)]
         if self.paused:
             parts.append((0, "PAUSED (p)"))
         rec = self.feed.recorder
@@ -219,8 +224,9 @@ class HeadroomApp(App[int]):
             parts.append((3, f"tick {i + 1}/{n}" + (" END" if self.replay_done else "")))
         parts.append((7, self.feed.pace()))
         if rep:
-            parts.append((4, f"window {rep.get('window_s', 0):.0f} s"))
-            parts.append((5, fmt.clock(rep.get("time"))))
+            # The window's span wanders by a fraction of a tick: 10 and 11 s in turn otherwise.
+            window = self._steady("window", rep.get("window_s") or 0.0, 1.0)
+            parts.append((4, f"window {window:.0f} s"))
 
         def joined(ps: list[tuple[int, str]]) -> str:
             return " · ".join(text for _, text in ps)

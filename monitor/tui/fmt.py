@@ -111,7 +111,7 @@ def duration(v: float | None) -> str:
     if s < 60:
         return f"{s} s"
     if s < 3600:
-        return f"{s // 60} min {s % 60} s"
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
     return f"{s // 3600} h {(s % 3600) // 60:02d} min"
 
 
@@ -161,6 +161,82 @@ def sparkline(values: Sequence[float | None], width: int, top: float | None = 1.
             idx = int(min(1.0, max(0.0, v / scale)) * (len(_SPARK) - 1) + 0.5)
             out.append(_SPARK[idx])
     return "".join(out).rjust(width)
+
+
+# Seconds of readings one sparkline column stands for. A column is drawn once its span has
+# passed, so a sparkline shifts once in this many seconds, not on every reading (each shift
+# rewrites the line: bytes on an SSH link), and 30 columns cover the app's five minutes.
+SPARK_COLUMN_S = 10.0
+
+
+def columns(
+    times: Sequence[float | None],
+    values: Sequence[float | None],
+    span_s: float = SPARK_COLUMN_S,
+) -> list[float | None]:
+    """The mean of each whole ``span_s`` of readings, oldest first, for a sparkline.
+
+    Spans are aligned to the clock (a reading at ``t`` falls in span ``t // span_s``), so the
+    columns do not move between readings; the span the latest reading falls in is not over
+    yet and is left out. A span without a reading is None (a blank cell, not a zero).
+    """
+    sums: dict[int, tuple[float, int]] = {}
+    spans: list[int] = []
+    for t, v in zip(times, values):
+        if t is None:
+            continue
+        k = int(t // span_s)
+        if not spans or k > spans[-1]:
+            spans.append(k)
+        if v is not None:
+            total, n = sums.get(k, (0.0, 0))
+            sums[k] = (total + v, n + 1)
+    if len(spans) < 2:
+        return []
+    # A clock jump (a laptop asleep) leaves no thousands of blank columns behind.
+    first, current = max(spans[0], spans[-1] - 64), spans[-1]
+    out: list[float | None] = []
+    for k in range(first, current):
+        total, n = sums.get(k, (0.0, 0))
+        out.append(total / n if n else None)
+    return out
+
+
+class Steady:
+    """Figures as shown: each stays as last shown while the reading keeps within ``tol`` of it.
+
+    Readings jitter from tick to tick by less than a user reads (a point of utilization, a
+    few watts); a figure that flickers on its last digit repaints its line every second and
+    says nothing. What is shown is the reading rounded to ``digits`` when it was taken up.
+    """
+
+    def __init__(self) -> None:
+        self.shown: dict[str, float] = {}
+
+    def __call__(self, key: str, value: float | None, tol: float, digits: int = 0) -> float | None:
+        if value is None:
+            self.shown.pop(key, None)
+            return None
+        shown = self.shown.get(key)
+        if shown is None or abs(value - shown) > tol:
+            shown = self.shown[key] = round(value, digits)
+        return shown
+
+    def figures(self, key: str, rec: Mapping[str, Any], rel: float = 0.02) -> dict[str, Any]:
+        """A record (and the records in it) with each figure held within ``rel`` of itself:
+        a rate or latency printed to three digits flickers on the last one every tick."""
+        out: dict[str, Any] = {}
+        for k, v in rec.items():
+            if isinstance(v, Mapping):
+                out[k] = self.figures(f"{key}.{k}", v, rel)
+            elif isinstance(v, float) and not (k in ("time", "since") or k.endswith("_at")):
+                shown = self.shown.get(f"{key}.{k}")
+                if shown is None or abs(v - shown) > rel * abs(shown):
+                    shown = self.shown[f"{key}.{k}"] = v
+                out[k] = shown
+            else:
+                out[k] = v
+        return out
 
 
 def series(history: Sequence[Mapping[str, Any]], pick: Any) -> list[float | None]:

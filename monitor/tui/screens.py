@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.css.query import NoMatches
+from textual.geometry import Region
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
@@ -28,6 +29,7 @@ from monitor.tui.widgets import (
     NotesPanel,
     Panel,
     SectionNotice,
+    changed_cells,
     gpu_facts,
     littles_lines,
 )
@@ -55,19 +57,32 @@ ENGINE_SOURCES_ALL = ("vllm", "engine", "sglang", "tgi")
 WIDE = 150
 
 
-class StatusBar(Static):
+class StatusBar(Widget):
     """One line on top: where data comes from, how often, and whether paused or recording."""
 
-    _shown: object = None
+    DEFAULT_CSS = "StatusBar { height: 1; }"
 
-    def update(self, content: Any = "", *, layout: bool = True) -> None:
-        # The same line again repaints nothing, and a new one repaints this line alone: a
-        # layout pass would repaint the whole screen every tick.
-        if content == self._shown:
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.text = Text()
+
+    def update(self, line: str) -> None:
+        # The same line again repaints nothing, and a new one repaints the cells from the
+        # left to its last change (the clock's seconds): a layout pass would repaint the
+        # whole screen every tick.
+        new = Text(line)
+        if new == self.text:
             return
-        first = self._shown is None
-        self._shown = content
-        super().update(content, layout=layout and first)
+        old, self.text = self.text, new
+        width = max(1, self.content_size.width)
+        if not old.plain or not self.is_mounted:
+            self.refresh()
+            return
+        x0, x1 = changed_cells(old, new, width)
+        self.refresh(Region(x0, 0, x1 - x0, 1))
+
+    def render(self) -> Text:
+        return self.text
 
 
 class DataScreen(Screen):
@@ -297,7 +312,10 @@ class GpuDetailScreen(DetailScreen):
             text.append("  not in the latest reading\n")
             return text
         text.append(f"  {g.get('name')} · {g.get('source')} · {g.get('uuid')}\n\n")
-        s = view.gpu_series
+
+        def s(index: int, key: str) -> list[float | None]:
+            return view.columns(view.gpu_series(index, key))
+
         util, sm = g.get("util"), g.get("sm_active")
         meter(text, "duty", util, width, s(self.index, "util"))
         meter(text, "SM act", sm, width, s(self.index, "sm_active"))
@@ -419,11 +437,16 @@ class EngineDetailScreen(DetailScreen):
             text.append("  not in the latest reading\n")
             return text
         text.append(f"  {e.get('model_name')} · engine {e.get('engine')} · {e.get('url')}\n\n")
-        s = view.engine_series
+        view_s = view.engine_series
+
+        def s(key: str, name: str) -> list[float | None]:
+            return view.columns(view_s(key, name))
+
         a = e.get("analysis") or {}
         cap = a.get("seq_cap")
         # Counts and rates have no natural scale: each bar is against its own peak so far
-        # (running against the sequence cap where it is known).
+        # (running against the sequence cap where it is known); the sparklines hold means of
+        # whole columns, so the reading now counts too.
         run, wait = s(self.key, "running"), s(self.key, "waiting")
         gen, ttft = s(self.key, "generation_tokens_per_s"), s(self.key, "ttft_p95_s")
         r_now, w_now = e.get("running"), e.get("waiting")
@@ -433,7 +456,7 @@ class EngineDetailScreen(DetailScreen):
             "running",
             r_now,
             run,
-            _peak(run, cap or 0, 1.0),
+            _peak(run, cap or 0, r_now or 0, 1.0),
             width,
             value=fmt.num(r_now, ".1f"),
             style="cyan",
@@ -443,7 +466,7 @@ class EngineDetailScreen(DetailScreen):
             "waiting",
             w_now,
             wait,
-            _peak(wait, 1.0),
+            _peak(wait, w_now or 0, 1.0),
             width,
             value=fmt.num(w_now, ".1f"),
             style="magenta",
@@ -454,7 +477,7 @@ class EngineDetailScreen(DetailScreen):
             "gen tok/s",
             g_now,
             gen,
-            _peak(gen, 1.0),
+            _peak(gen, g_now or 0, 1.0),
             width,
             value=fmt.si(g_now),
             style="green",
@@ -464,7 +487,7 @@ class EngineDetailScreen(DetailScreen):
             "TTFT p95",
             t_now,
             ttft,
-            _peak(ttft, 1e-3),
+            _peak(ttft, t_now or 0, 1e-3),
             width,
             value=fmt.seconds(t_now),
             style="yellow",

@@ -39,6 +39,10 @@ class View:
     def engine_series(self, key: str, name: str, in_analysis: bool = False) -> list[float | None]:
         return fmt.series(self.history, _pick_engine(key, name, in_analysis))
 
+    def columns(self, values: Sequence[float | None]) -> list[float | None]:
+        """A series over the history as sparkline columns (fmt.columns): one per whole span."""
+        return fmt.columns([r.get("time") for r in self.history], values)
+
     def errors_for(self, sources: Sequence[str]) -> list[Report]:
         if not self.report:
             return []

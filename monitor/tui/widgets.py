@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.widget import Widget
@@ -35,6 +36,11 @@ def level_style(ratio: float | None) -> str:
     return "red"
 
 
+def spark_width(width: int) -> int:
+    """Cells of a meter's sparkline at the end of a line ``width`` wide (0: no room)."""
+    return 0 if width < 56 else min(30, max(8, width // 4))
+
+
 def meter(
     text: Text,
     label: str,
@@ -47,12 +53,19 @@ def meter(
     label_w: int = LABEL_W,
 ) -> None:
     """One labelled bar: ``label  █████····  42%  ▁▂▃▅`` (the sparkline only when there is room)."""
-    spark_w = 0 if width < 56 else min(30, max(8, width // 4))
+    spark_w = spark_width(width)
     val = value if value is not None else fmt.pct(ratio)
     val_w = max(5, len(val) + 1)
     bar_w = max(4, width - label_w - val_w - (spark_w + 1 if spark_w else 0))
     text.append(f"{label:<{label_w}}", style="bold")
-    text.append(fmt.bar(ratio, bar_w), style=style or level_style(ratio))
+    # The filled part as reversed spaces, not full blocks: the same look (reverse needs no
+    # colour, so NO_COLOR keeps it) at one byte a cell instead of three, and a bar is
+    # rewritten whenever its value moves.
+    drawn, st = fmt.bar(ratio, bar_w), style or level_style(ratio)
+    full = len(drawn) - len(drawn.lstrip("█"))
+    if full:
+        text.append(" " * full, style=f"{st} reverse")
+    text.append(drawn[full:], style=st)
     text.append(val.rjust(val_w))
     if spark_w:
         text.append(" ")
@@ -99,6 +112,7 @@ class Panel(Widget, can_focus=True):
         # nothing, and one of the same height repaints only the lines that changed (people
         # leave this open over SSH: a whole-screen repaint each second is ~15 KB/s).
         self._drawn: tuple[int, Text, list[Text]] | None = None
+        self.steady = fmt.Steady()
 
     def update_view(self, view: View) -> None:
         self.view = view
@@ -108,13 +122,22 @@ class Panel(Widget, can_focus=True):
         drawn = self._drawn
         if drawn is not None and drawn[0] == width and drawn[1] == text:
             return
-        lines = list(text.wrap(self.app.console, max(1, width)))
+        lines = screen_lines(text, width, self.app.console)
         self._drawn = (width, text, lines)
         if drawn is None or drawn[0] != width or len(drawn[2]) != len(lines):
             self.refresh(layout=True)
             return
-        changed = [y for y, (old, new) in enumerate(zip(drawn[2], lines)) if old != new]
-        self.refresh(*(Region(0, y, width, 1) for y in changed))
+        regions = []
+        for y, (old, new) in enumerate(zip(drawn[2], lines)):
+            if old != new:
+                x0, x1 = changed_cells(old, new, width)
+                regions.append(Region(x0, y, x1 - x0, 1))
+        self.refresh(*regions)
+
+    def hold(self, key: str, ratio: float | None) -> float | None:
+        """A ratio as shown: the percentage last shown while the reading stays within a
+        point of it (a bar and its figure move together, when a user would see a change)."""
+        return self.steady(key, ratio, 0.01, 2)
 
     @property
     def width(self) -> int:
@@ -132,10 +155,57 @@ class Panel(Widget, can_focus=True):
         # Measure at the width we will be given, so bars sized to it do not wrap.
         text = self.draw(max(20, width))
         text.rstrip()
-        return len(text.wrap(self.app.console, max(1, width)))
+        return len(screen_lines(text, max(1, width), self.app.console))
 
     def draw(self, width: int) -> Text:  # pragma: no cover - every panel overrides it
         return Text()
+
+
+def screen_lines(text: Text, width: int, console: Any) -> list[Text]:
+    """The lines a text takes on screen at ``width``: its own lines where they fit (most
+    do: panels clip what could overflow), which is several times cheaper than wrapping."""
+    lines = list(text.split("\n", allow_blank=True))
+    if all(cell_len(line.plain) <= width for line in lines):
+        return lines
+    return list(text.wrap(console, max(1, width)))
+
+
+def changed_cells(old: Text, new: Text, width: int) -> tuple[int, int]:
+    """The columns [x0, x1) of a line that differ in character or style between two draws.
+
+    Textual repaints a dirty region from the left edge of the widget to the region's right
+    end, so a change near the left of a line costs a few cells, not the whole line.
+    """
+    a, b = old.plain, new.plain
+    if cell_len(a) != len(a) or cell_len(b) != len(b):
+        return 0, width  # wide characters: cells are not characters, repaint it all
+    spans: list[tuple[int, int]] = []
+    if a != b:
+        n = min(len(a), len(b))
+        x0 = next((i for i in range(n) if a[i] != b[i]), n)
+        x1 = max(len(a), len(b))
+        while x1 > x0 and x1 <= n and a[x1 - 1] == b[x1 - 1]:
+            x1 -= 1
+        spans.append((x0, x1))
+    if old.spans != new.spans or old.style != new.style:
+        n = max(len(a), len(b))
+        sa, sb = _cell_styles(old, n), _cell_styles(new, n)
+        diff = [i for i, (x, y) in enumerate(zip(sa, sb)) if x != y]
+        if diff:
+            spans.append((diff[0], diff[-1] + 1))
+    if not spans:
+        return 0, width
+    x0 = min(width - 1, min(x for x, _ in spans))
+    return x0, max(x0 + 1, min(width, max(x for _, x in spans)))
+
+
+def _cell_styles(line: Text, n: int) -> list[Any]:
+    """Each of ``n`` cells' styles, as the spans over it in order (past the text: None)."""
+    styles: list[Any] = [(line.style,)] * len(line.plain) + [None] * (n - len(line.plain))
+    for span in line.spans:
+        end = min(span.end, len(line.plain))
+        styles[span.start : end] = [(*st, span.style) for st in styles[span.start : end]]
+    return styles
 
 
 def source_errors(text: Text, errors: Sequence[Report]) -> None:
@@ -169,12 +239,18 @@ class DiagnosisPanel(Panel):
         top = verdicts[0]
         now = rep.get("time")
         since = top.get("since")
-        lasted = fmt.duration(now - since) if isinstance(now, float | int) and since else None
+        # Since a clock time, with whole minutes once there are any: a count of seconds
+        # would repaint this line every tick.
+        lasted = None
+        if isinstance(now, float | int) and since:
+            lasted = f"since {fmt.clock(since)}"
+            if now - since >= 60:
+                lasted += f" ({fmt.duration(60 * ((now - since) // 60))})"
         conf = top.get("confidence") or 0.0
         text.append(f"{fmt.cause_label(top['cause']).upper()}", style="bold reverse")
         text.append(f"  {fmt.scope_words(top['scope'])} · confidence {fmt.pct(conf, 0)}")
         if lasted:
-            text.append(f" · for {lasted}")
+            text.append(f" · {lasted}")
         text.append("\n")
         text.append(fmt.cause_headline(top["cause"]) + "\n", style="bold")
         if top.get("summary"):
@@ -225,19 +301,31 @@ class GpuPanel(Panel):
             text.append("no reading on this tick", style="dim")
             return text
         self.border_title = f"GPU {g['index']} · {g.get('name', '')} · {g.get('source', '')}"
-        util, sm = g.get("util"), g.get("sm_active")
+        # Held as shown on the bars below: the gap in the border moves when they do (a new
+        # border repaints the whole panel).
+        util, sm = self.hold("util", g.get("util")), self.hold("sm_active", g.get("sm_active"))
         gap = util - sm if util is not None and sm is not None else None
         self.border_subtitle = (
             f"duty - SM active gap {100 * gap:.0f} pts"
             if gap is not None and gap >= GAP_NOTICE
             else ""
         )
-        s = self.view.gpu_series
-        meter(text, "duty", util, width, s(self.index, "util"))
-        meter(text, "SM act", sm, width, s(self.index, "sm_active"))
-        meter(text, "occup", g.get("sm_occupancy"), width, s(self.index, "sm_occupancy"))
-        meter(text, "tensor", g.get("tensor_active"), width, s(self.index, "tensor_active"))
-        meter(text, "DRAM", g.get("dram_active"), width, s(self.index, "dram_active"))
+        view = self.view
+        for label, key, now in (
+            ("duty", "util", util),
+            ("SM act", "sm_active", sm),
+            ("occup", "sm_occupancy", g.get("sm_occupancy")),
+            ("tensor", "tensor_active", g.get("tensor_active")),
+            ("DRAM", "dram_active", g.get("dram_active")),
+        ):
+            past = view.columns(view.gpu_series(self.index, key))
+            meter(text, label, self.hold(key, now), width, past)
+        steady = self.steady
+        g = {
+            **g,
+            "power_watts": steady("power", g.get("power_watts"), 5.0),
+            "sm_clock_hz": steady("clock", g.get("sm_clock_hz"), 30e6, -6),
+        }
         text.append(gpu_facts(g) + "\n")
         return text
 
@@ -276,12 +364,17 @@ class EnginePanel(Panel):
         if e is None:
             text.append("no reading on this tick", style="dim")
             return text
+        e = self.steady.figures("engine", e)
         self.border_title = (
             f"{e.get('model_name') or '?'} · engine {e.get('engine') or '-'} · "
             f"{fmt.short_url(e.get('url', ''))} · {engine_title(e)}"
         )
         a = e.get("analysis") or {}
-        s = self.view.engine_series
+        view = self.view
+
+        def s(key: str, name: str) -> list[float | None]:
+            return view.columns(view.engine_series(key, name))
+
         running = e.get("running")
         cap = a.get("seq_cap")
         cap_ratio = running / cap if running is not None and cap else None
@@ -308,6 +401,7 @@ class EnginePanel(Panel):
             spark_top=None,
         )
         kv = e.get("kv_cache_usage")
+        kv = self.hold("kv", kv)
         meter(text, "KV", kv, width, s(self.key, "kv_cache_usage"), style=_kv_style(kv))
         # A dash is unknown, not 0: say why, so a missing gauge is not read as an idle one.
         for note in missing_notes(e):
@@ -462,6 +556,7 @@ class LittlePanel(Panel):
             return text
         total = (self.view.report or {}).get("engines_total")
         if total:
+            total = self.steady.figures("total", total)
             # Data-parallel ranks or several servers: what they carry together.
             text.append(
                 f"all {total['engines']} engines: running {fmt.num(total.get('running'), '.1f')}"
@@ -474,6 +569,7 @@ class LittlePanel(Panel):
             if len(engines) > 1:
                 text.append(f"{e.get('model_name')}/{e.get('engine')}\n", style="underline")
             widens = bool((self.view.report or {}).get("window_widens_to_s"))
+            e = self.steady.figures(fmt.engine_key(e), e)
             text.append_text(littles_lines(e, width, widens))
         return text
 
@@ -489,12 +585,10 @@ class HostPanel(Panel):
         if not h:
             text.append("host not read", style="dim")
             return text
+        h = self.steady.figures("host", h)
+        past = fmt.series(self.view.history, lambda r: (r.get("host") or {}).get("cpu_busy_ratio"))
         meter(
-            text,
-            "CPU",
-            h.get("cpu_busy_ratio"),
-            width,
-            fmt.series(self.view.history, lambda r: (r.get("host") or {}).get("cpu_busy_ratio")),
+            text, "CPU", self.hold("cpu", h.get("cpu_busy_ratio")), width, self.view.columns(past)
         )
         bt = h.get("busiest_thread")
         busiest = (

@@ -50,3 +50,32 @@ def test_scopes_and_evidence_in_words() -> None:
     ev = {"name": "sm_active", "value": 0.08, "threshold": 0.22, "op": "<", "unit": "ratio"}
     assert fmt.evidence_words(ev) == "sm active 8% < 22%"
     assert fmt.clip("abcdef", 4) == "abc…"
+
+
+def test_sparkline_columns_are_whole_spans_of_the_clock() -> None:
+    # Readings at 1 s: a column is the mean of one whole 10 s span; the span the latest
+    # reading is in is not over, so it is not drawn yet, and a span with no reading is blank.
+    times = [float(t) for t in range(5, 27)]
+    values = [0.25] * 5 + [0.5] * 10 + [0.75] * 7  # sums exact in binary
+    assert fmt.columns(times, values) == [0.25, 0.5]
+    assert fmt.columns(times + [47.0], values + [0.1]) == [0.25, 0.5, 0.75, None]
+    assert fmt.columns(times[:3], values[:3]) == []  # the first span is not over yet
+
+
+def test_steady_figures_move_by_more_than_their_tolerance() -> None:
+    held = fmt.Steady()
+    assert held("util", 0.8449, 0.01, 2) == 0.84
+    assert held("util", 0.849, 0.01, 2) == 0.84  # within a point of what is shown
+    assert held("util", 0.8351, 0.01, 2) == 0.84
+    assert held("util", 0.8512, 0.01, 2) == 0.85  # a point and more away: shown as read
+    assert held("util", None, 0.01, 2) is None  # unknown stays unknown
+
+
+def test_steady_records_hold_rates_within_two_percent_and_never_a_clock() -> None:
+    held = fmt.Steady()
+    first = {"requests_per_s": 2.2, "time": 1000.0, "analysis": {"littles_latency_s": 13.7}}
+    assert held.figures("e", first) == first
+    near = {"requests_per_s": 2.23, "time": 1001.0, "analysis": {"littles_latency_s": 13.5}}
+    assert held.figures("e", near) == {**first, "time": 1001.0}  # rates held, the clock not
+    far = {"requests_per_s": 2.36, "time": 1002.0, "analysis": {"littles_latency_s": 14.1}}
+    assert held.figures("e", far) == far
