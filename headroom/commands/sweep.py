@@ -366,6 +366,10 @@ def run(args: argparse.Namespace) -> int:
     load = sat.concurrency if cfg.mode == "closed" else sat.rate
     if sat.reached:
         cap = f", inferred cap {sat.inferred_cap}" if sat.inferred_cap is not None else ""
+        if sat.fitted_knee is not None:
+            # Read off the curve through every step: say where the curve bends, so a user
+            # sees the step named is the measured load nearest it.
+            cap += f", the throughput curve bends at {sat.fitted_knee:g}"
         progress.message(
             f"saturation at {unit} {load:g}: {sat.output_tokens_per_s or 0:.1f} tok/s, "
             f"cause {sat.cause or 'unknown'}{cap}{knee_note(result, load)}"
