@@ -158,11 +158,15 @@ def _limit_reason(a: StepResult, b: StepResult, gain_threshold: float) -> str | 
     return None
 
 
-def _cause(b: StepResult, a: StepResult | None) -> str | None:
+def _cause(b: StepResult, a: StepResult | None, beyond: Sequence[StepResult] = ()) -> str | None:
+    """The limit's name: the verdict at b, the first step past the knee, else at the next
+    steps past it (``beyond``: a step whose window held no engine reading says nothing,
+    and the limit shows at every load past the knee), else at a, the knee itself."""
     if b.client_limited:
         return "client-limited"
-    if b.verdict not in _WEAK_CAUSES:
-        return b.verdict
+    for past in (b, *beyond):
+        if past.verdict not in _WEAK_CAUSES:
+            return past.verdict
     if a is not None and a.verdict not in _WEAK_CAUSES:
         return a.verdict
     return b.verdict
@@ -279,7 +283,7 @@ def _hard_knee(
             # The engine ran more at once at b than a offered it: its limit lies between a
             # and b, and b did much more work than a, with the first requests waiting for a
             # slot.
-            cause = _cause(b, a)
+            cause = _cause(b, a, ordered[i + 1 :])
             sat = _saturation_at(
                 b,
                 cause=cause,
@@ -318,7 +322,7 @@ def _queue_words(b: StepResult) -> str:
 
 def _past(ordered: Sequence[StepResult], i: int, why: str) -> Saturation:
     a, b = ordered[i - 1], ordered[i]
-    cause = _cause(b, a)
+    cause = _cause(b, a, ordered[i + 1 :])
     return _saturation_at(
         a,
         cause=cause,
@@ -429,7 +433,7 @@ def _fitted_knee(
     at = min(steps, key=lambda s: abs(math.log(load_of(s) / fit.knee)))
     i = steps.index(at)
     after = steps[i + 1] if i + 1 < len(steps) else at
-    cause = _cause(after, at)
+    cause = _cause(after, at, steps[i + 2 :])
     # The knee lies below the step nearest it: a refinement bisects between it and the one
     # below; above, between it and the one above (the plan's default).
     refine_from = steps[i - 1].index if fit.knee < load_of(at) and i > 0 else None

@@ -381,3 +381,14 @@ def test_a_ramp_that_stops_short_is_not_read_off_the_curve() -> None:
     # misses the steps by more than noise, and the pair where it stopped is the knee.
     sat = find_saturation(COMPUTE)
     assert sat.concurrency == 8 and sat.fitted_knee is None
+
+
+def test_a_step_past_the_knee_without_engine_readings_does_not_name_the_cause() -> None:
+    # A real vLLM seq-cap sweep: the step just past the knee came back with no engine
+    # window (no verdict), and the cause was taken from the knee's own step, which read
+    # cpu-bound. The limit shows at every load past the knee: the next step says seq-cap.
+    steps = [step(1, 100, 1.0), step(2, 200, 1.0), step(4, 400, 1.0, verdict="cpu-bound"),
+             step(5, 400, 1.3, waiting=1, running=4, verdict=None),
+             step(8, 400, 2.0, waiting=4, running=4, verdict="seq-cap")]  # fmt: skip
+    sat = find_saturation(steps)
+    assert (sat.concurrency, sat.cause) == (4, "seq-cap")
