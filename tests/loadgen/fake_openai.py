@@ -103,6 +103,10 @@ def build_app(
             await resp.write_eof()
             state["success"] += 1
             return resp
+        except ConnectionResetError:
+            # The client left mid-stream (a sweep's step ended, Ctrl-C): as a real server,
+            # stop writing quietly rather than log a traceback.
+            return resp
         finally:
             state["running"] -= 1
             sem.release()
