@@ -19,7 +19,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 class KeptFiles:
     """Descriptors by path, opened on first read; at most ``limit`` held at once."""
 
-    def __init__(self, limit: int = 1024) -> None:
+    def __init__(self, limit: int = 256) -> None:
         self._fds: dict[str, int] = {}
         self._limit = limit
 
