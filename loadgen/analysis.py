@@ -257,10 +257,11 @@ def _knee(ordered: Sequence[StepResult], gain_threshold: float) -> Saturation | 
     hard, cut = _hard_knee(ordered, gain_threshold)
     below = ordered[:cut]
     fit = fit_closed_loop(below, gain_threshold)
+    # The soft knee is looked for below any cap, but its cause may show at any step past it.
     if fit is not None:
-        soft = _fitted_knee(below, fit)
+        soft = _fitted_knee(below, fit, ordered)
     else:
-        soft = _pair_knee(below, gain_threshold)
+        soft = _pair_knee(below, gain_threshold, ordered)
     if soft is None or (hard is not None and load_of(hard[0]) <= load_of(soft[0])):
         return None if hard is None else hard[1]
     return soft[1]
@@ -320,9 +321,13 @@ def _queue_words(b: StepResult) -> str:
     return f"requests queue at the engine (waiting {b.waiting_mean:.1f})"
 
 
-def _past(ordered: Sequence[StepResult], i: int, why: str) -> Saturation:
+def _past(
+    ordered: Sequence[StepResult], i: int, why: str, every: Sequence[StepResult] = ()
+) -> Saturation:
+    """The saturation at ordered[i - 1]; ``every``: all the sweep's steps by load, of which
+    ``ordered`` is the first part (the steps past the knee name its cause)."""
     a, b = ordered[i - 1], ordered[i]
-    cause = _cause(b, a, ordered[i + 1 :])
+    cause = _cause(b, a, (every or ordered)[i + 1 :])
     return _saturation_at(
         a,
         cause=cause,
@@ -332,7 +337,7 @@ def _past(ordered: Sequence[StepResult], i: int, why: str) -> Saturation:
 
 
 def _pair_knee(
-    ordered: Sequence[StepResult], gain_threshold: float
+    ordered: Sequence[StepResult], gain_threshold: float, every: Sequence[StepResult] = ()
 ) -> tuple[StepResult, Saturation] | None:
     """Pair by pair, where the curve does not fit: the first step whose next one gained
     under the threshold per doubling while latency rose, or at which requests queued."""
@@ -340,7 +345,7 @@ def _pair_knee(
         a, b = ordered[i - 1], ordered[i]
         why = _queue_words(b) if queueing(b) else _limit_reason(a, b, gain_threshold)
         if why is not None:
-            return a, _past(ordered, i, why)
+            return a, _past(ordered, i, why, every)
     return None
 
 
@@ -425,7 +430,7 @@ def fit_closed_loop(steps: Sequence[StepResult], gain_threshold: float) -> Curve
 
 
 def _fitted_knee(
-    steps: Sequence[StepResult], fit: CurveFit
+    steps: Sequence[StepResult], fit: CurveFit, every: Sequence[StepResult] = ()
 ) -> tuple[StepResult, Saturation] | None:
     """The measured step nearest the fitted knee (by ratio), once steps reach past it."""
     if fit.knee > load_of(steps[-1]):
@@ -433,7 +438,7 @@ def _fitted_knee(
     at = min(steps, key=lambda s: abs(math.log(load_of(s) / fit.knee)))
     i = steps.index(at)
     after = steps[i + 1] if i + 1 < len(steps) else at
-    cause = _cause(after, at, steps[i + 2 :])
+    cause = _cause(after, at, (every or steps)[i + 2 :])
     # The knee lies below the step nearest it: a refinement bisects between it and the one
     # below; above, between it and the one above (the plan's default).
     refine_from = steps[i - 1].index if fit.knee < load_of(at) and i > 0 else None

@@ -392,3 +392,14 @@ def test_a_step_past_the_knee_without_engine_readings_does_not_name_the_cause() 
              step(8, 400, 2.0, waiting=4, running=4, verdict="seq-cap")]  # fmt: skip
     sat = find_saturation(steps)
     assert (sat.concurrency, sat.cause) == (4, "seq-cap")
+
+
+def test_the_cause_of_a_knee_read_below_a_later_cap_comes_from_the_steps_past_it() -> None:
+    # The real vLLM seq-cap sweep (--max-num-seqs 4), bisected: 5 streams had no engine
+    # window and read under 4, which makes 4 the knee; 6 and 8 queue at the cap.
+    steps = [step(1, 635, 0.3), step(2, 1000, 0.32), step(4, 2213, 0.36, verdict="cpu-bound"),
+             step(8, 2224, 0.72, waiting=3.8, running=4, verdict="seq-cap"),
+             step(6, 2179, 0.55, waiting=2.0, running=4, verdict="seq-cap"),
+             step(5, 2016, 0.465, verdict=None)]  # fmt: skip
+    sat = find_saturation(steps)
+    assert (sat.concurrency, sat.cause) == (4, "seq-cap")
