@@ -12,7 +12,8 @@ measured span (start-up excluded); RSS is the main process's at the end.
         --before .before --out bench/results/agent_process_cost_h200.txt
 
 ``--before DIR`` adds the same agent configurations run from another checkout (the
-code before a change), in the same run.
+code before a change), in the same run. On a box with several GPUs the agent also runs
+watching GPU 0 alone (``--gpu 0``), and the report says what each further GPU costs.
 """
 
 from __future__ import annotations
@@ -91,6 +92,15 @@ def bare_nvml(interval: float, port: int) -> None:
         time.sleep(max(0.0, deadline - time.monotonic()))
 
 
+def gpu_count() -> int:
+    """The GPUs nvidia-smi lists (0 without a driver)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
 def ticks_of(port: int) -> float | None:
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
@@ -159,6 +169,13 @@ def main() -> None:
             ROOT,
         ),
     }
+    gpus = 0 if args.no_nvml else gpu_count()
+    if gpus >= 2:
+        # Each further GPU's cost: the same agent on one GPU and on every GPU, side by side.
+        configs["agent --interval 1 --no-host, no vLLM, --gpu 0"] = (
+            [*agent, "--no-host", "--gpu", "0"],
+            ROOT,
+        )
     if args.before is not None:
         for name in ("agent --interval 1", "agent --interval 0.1"):
             argv, _ = configs[name]
@@ -262,6 +279,14 @@ def main() -> None:
         head.append(
             f"{r['config']:<42} {100 * r['core_share']:>10.3f}% {mspt:>8} "
             f"{r['ticks'] if r['ticks'] is not None else '-'!s:>6} {r['rss_mib']:>8.1f} {ratio:>8}"
+        )
+    by = {r["config"]: r["core_share"] for r in rows}
+    one = by.get("agent --interval 1 --no-host, no vLLM, --gpu 0")
+    every = by.get("agent --interval 1 --no-host, no vLLM")
+    if gpus >= 2 and one is not None and every is not None:
+        head.append(
+            f"each further GPU: {100 * (every - one) / (gpus - 1):+.3f}% of a core "
+            f"({gpus} GPUs against GPU 0 alone)"
         )
     text = "\n".join(head) + "\n"
     print(text, flush=True)

@@ -499,6 +499,7 @@ def build_agent_sources(config: AgentConfig) -> tuple[list[Source], list[str]]:
         host_pids=config.pids,
         timeout=config.timeout,
         engine=config.engine,
+        gpu_indices=config.gpus or None,
     )
 
 

@@ -24,7 +24,7 @@ from monitor.errors import ConfigError
 DEFAULT_PORT = 9402
 ENV_PREFIX = "HEADROOM_"
 # Settings whose environment value is a comma-separated list.
-_LIST_FIELDS = {"vllm", "pids"}
+_LIST_FIELDS = {"vllm", "pids", "gpus"}
 
 
 # A plain dataclass checked by hand, not a pydantic model: the agent is a daemon that
@@ -56,6 +56,8 @@ class AgentConfig:
     # samples, then user, command and container for each new PID); 0 = never.
     gpu_processes_every: float = 5.0
     dcgm: bool = False
+    # The GPUs to watch by index (NVML's, or pydcgm's with dcgm); empty: every GPU.
+    gpus: tuple[int, ...] = ()
     host: bool = True
     pids: tuple[int, ...] = ()
     max_num_seqs: int | None = None
@@ -118,6 +120,7 @@ _KINDS = {
     "gpu_processes_every": "float",
     "dcgm": "bool",
     "host": "bool",
+    "gpus": "ints",
     "pids": "ints",
     "max_num_seqs": "int?",
     "max_num_batched_tokens": "int?",
@@ -214,6 +217,11 @@ def _pids(v: tuple[int, ...]) -> None:
         raise SettingError("pids", "process ids must be positive")
 
 
+def _gpus(v: tuple[int, ...]) -> None:
+    if any(i < 0 for i in v):
+        raise SettingError("gpus", "GPU indices start at 0")
+
+
 def _engine(v: str) -> None:
     from monitor.sources.metric_names import FLAVOURS
 
@@ -246,6 +254,7 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "max_num_seqs": _at_least_one("max_num_seqs"),
     "max_num_batched_tokens": _at_least_one("max_num_batched_tokens"),
     "pids": _pids,
+    "gpus": _gpus,
     "engine": _engine,
     "listen": _listen,
     "vllm": _urls("vllm"),
@@ -295,8 +304,12 @@ def _from_env(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     return out
 
 
+# Settings whose flag is named for one of the values it repeats (--pid 1 --pid 2).
+_FLAG_NAMES = {"pids": "--pid", "gpus": "--gpu"}
+
+
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return _FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
 
 
 def load_agent_config(

@@ -16,6 +16,7 @@ _FLAG_FIELDS = (
     "listen", "vllm", "engine", "dcgm_exporter", "interval", "window", "timeout", "stale_after",
     "max_num_seqs", "max_num_batched_tokens", "gpu_model", "thresholds", "web_config",
     "pids", "nvml", "gpm", "dcgm", "host", "allow_profile", "profile_every", "profile_rate",
+    "gpus",
 )  # fmt: skip
 
 
@@ -48,6 +49,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--no-gpm", dest="gpm", action="store_const", const=False, help="NVML without GPM"
     )
     g.add_argument("--dcgm", action="store_const", const=True, help="read GPUs through pydcgm")
+    g.add_argument(
+        "--gpu",
+        dest="gpus",
+        type=int,
+        action="append",
+        metavar="INDEX",
+        help="watch only this GPU (NVML's index; repeat for several; default: every GPU)",
+    )
     g.add_argument(
         "--no-host", dest="host", action="store_const", const=False, help="skip host CPU"
     )

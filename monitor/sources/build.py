@@ -36,6 +36,7 @@ def build_sources(
     host_pids: Sequence[int] = (),
     timeout: float = 2.0,
     engine: str | None = None,
+    gpu_indices: Sequence[int] | None = None,
 ) -> tuple[list[Source], list[str]]:
     """Return the sources that started and one-line notes for those that could not.
 
@@ -49,6 +50,7 @@ def build_sources(
         try:
             src = NvmlSource(
                 gpm=gpm,
+                indices=gpu_indices,
                 util_every_s=gpu_util_every_s,
                 processes_every_s=gpu_processes_every_s,
             )
@@ -60,7 +62,7 @@ def build_sources(
         from monitor.sources.dcgm import DcgmSource
 
         try:
-            sources.append(DcgmSource())
+            sources.append(DcgmSource(indices=gpu_indices))
         except SourceUnavailable as exc:
             notes.append(str(exc))
     if dcgm_exporter_url:

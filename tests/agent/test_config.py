@@ -59,6 +59,8 @@ def test_agent_table_in_a_shared_file(tmp_path: Path) -> None:
         ("vllm: http://a:8000\n", {}, {}, "config {f}: vllm: must be a list, got 'http://a:8000'"),
         ("timeout: true\n", {}, {}, "config {f}: timeout: must be a number"),
         ("", {"HEADROOM_PIDS": "12,x"}, {}, "environment HEADROOM_PIDS: must be an integer, got 'x'"),
+        ("", {}, {"gpus": [0, -1]}, "--gpu: GPU indices start at 0"),
+        ("gpus: [1, 2.5]\n", {}, {}, "config {f}: gpus: must be an integer, got 2.5"),
     ],
 )  # fmt: skip
 def test_bad_values_are_one_line_errors(
@@ -81,6 +83,8 @@ def test_values_from_files_and_the_environment_are_converted(tmp_path: Path) -> 
     assert (cfg.interval, cfg.window, cfg.max_num_seqs, cfg.pids) == (2.0, 30.0, 64, (7, 8))
     assert isinstance(cfg.interval, float) and isinstance(cfg.max_num_seqs, int)
     assert (cfg.host, cfg.gpm, cfg.allow_profile) == (False, False, True)
+    assert cfg.gpus == ()  # every GPU
+    assert load_agent_config(env={"HEADROOM_GPUS": "2, 0"}).gpus == (2, 0)
 
 
 def test_engine_is_forced_from_the_environment() -> None:
@@ -122,3 +126,25 @@ def test_web_config_resolves_relative_paths_and_rejects_unknown_keys(tmp_path: P
     )
     with pytest.raises(ConfigError, match="client_ca_file: required"):
         load_web_config(web)
+
+
+def test_the_agent_watches_only_the_gpus_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A box shared between teams: --gpu 2 (HEADROOM_GPUS=2) reads GPU 2 alone, and a GPU
+    # the box lacks is one line naming the ones it has.
+    from fake_nvml import FakeNvml, workload_gpu
+
+    import monitor.sources.nvml as nvml_source
+    from monitor.agent import build_agent_sources
+
+    fake = FakeNvml([workload_gpu("idle"), workload_gpu("idle"), workload_gpu("matmul")])
+    monkeypatch.setattr(nvml_source, "_import_pynvml", lambda: fake)
+    config = load_agent_config(env={"HEADROOM_GPUS": "2"}, flags={"host": False})
+    (source,), _ = build_agent_sources(config)
+    try:
+        source.read()
+        fake.advance(1.0)
+        assert [g.index for g in source.read().gpus] == [2]
+    finally:
+        source.close()
+    with pytest.raises(ConfigError, match="GPU index 5 does not exist: this host has 3"):
+        build_agent_sources(load_agent_config(env={}, flags={"gpus": [5], "host": False}))
