@@ -336,19 +336,23 @@ class PageLayout:
     takes the whole parse again. One layout per scraped URL (not thread-safe).
     """
 
-    __slots__ = ("_key", "_origins", "_heads", "generation")
+    __slots__ = ("_key", "_names", "_origins", "_heads", "generation")
 
     def __init__(self) -> None:
         self._key: list[str] | None = None
+        self._names: Collection[str] | None = None  # what the layout's page was narrowed to
         self._origins: tuple[int, ...] = ()
         self._heads: tuple[tuple[str, dict[str, str]], ...] = ()
         # Bumped whenever the series change: a caller keeping what it derived from
         # the samples' names and labels knows when to derive it again.
         self.generation = 0
 
-    def read(self, lines: list[str], key: list[str]) -> tuple[Sample, ...] | None:
-        """The samples of a page whose lines, but for their numbers, are the last page's."""
-        if key != self._key:
+    def read(
+        self, lines: list[str], key: list[str], names: Collection[str]
+    ) -> tuple[Sample, ...] | None:
+        """The samples of a page whose lines, but for their numbers, are the last page's
+        (narrowed to the same ``names``)."""
+        if names is not self._names or key != self._key:
             return None
         out = []
         for at, (name, labels) in zip(self._origins, self._heads):
@@ -361,8 +365,15 @@ class PageLayout:
             out.append(Sample(name, dict(labels) if labels else {}, value))
         return tuple(out)
 
-    def remember(self, key: list[str] | None, samples: list[Sample], origins: list[int]) -> None:
+    def remember(
+        self,
+        key: list[str] | None,
+        names: Collection[str],
+        samples: list[Sample],
+        origins: list[int],
+    ) -> None:
         self._key = key
+        self._names = names
         self._origins = tuple(origins)
         self._heads = tuple((s.name, dict(s.labels)) for s in samples)
         self.generation += 1
@@ -390,7 +401,7 @@ def parse(
     key = None
     if layout is not None and names is not None:
         key = _line_key(lines)
-        again = layout.read(lines, key)
+        again = layout.read(lines, key, names)
         if again is not None:
             return Exposition(again, 0)
     samples: list[Sample] = []
@@ -405,7 +416,7 @@ def parse(
             skipped += _parse_slow("\n".join(family.lines) + "\n", samples)
     if key is not None and layout is not None:
         # Only a page read wholly by the fast path has a sample for each line it kept.
-        layout.remember(key if plain else None, samples, origins if plain else [])
+        layout.remember(key if plain else None, names, samples, origins if plain else [])
     return Exposition(tuple(samples), skipped)
 
 

@@ -436,11 +436,20 @@ def test_a_family_whose_type_changed_is_not_read_through_the_layout() -> None:
 
 
 def test_the_layout_gives_each_read_its_own_labels() -> None:
-    layout = promtext.PageLayout()
-    first = parse('m{engine="0"} 1\n', frozenset({"m"}), layout).samples[0]
+    layout, names = promtext.PageLayout(), frozenset({"m"})
+    first = parse('m{engine="0"} 1\n', names, layout).samples[0]
+    generation = layout.generation
     first.labels["engine"] = "changed"
-    again = parse('m{engine="0"} 2\n', frozenset({"m"}), layout).samples[0]
+    again = parse('m{engine="0"} 2\n', names, layout).samples[0]
+    assert layout.generation == generation  # read through the layout
     assert (again.labels, again.value) == ({"engine": "0"}, 2.0)
+
+
+def test_a_page_narrowed_to_other_names_is_not_read_through_the_layout() -> None:
+    layout = promtext.PageLayout()
+    page = "a 1\nb 2\n"
+    assert [s.name for s in parse(page, frozenset({"a"}), layout).samples] == ["a"]
+    assert [s.name for s in parse(page, frozenset({"b"}), layout).samples] == ["b"]
 
 
 # --- the page is fetched as plain text ----------------------------------------
