@@ -254,6 +254,15 @@ def fault_at(elapsed: float) -> str:
     return "ok"
 
 
+def fault_end(elapsed: float) -> float:
+    """When the fault under way at ``elapsed`` ends (``elapsed`` itself outside a fault)."""
+    base = elapsed - elapsed % CYCLE_S
+    for at, length in ((DOWN_AT, DOWN_S), (SLOW_AT, SLOW_S), (GARBAGE_AT, GARBAGE_S)):
+        if at <= elapsed - base < at + length:
+            return base + at + length
+    return elapsed
+
+
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
     n = len(points)
     mx = sum(t for t, _ in points) / n
@@ -416,6 +425,12 @@ def main() -> None:
         lines.append(f"spans without engine data: {len(state['no_engine'])}; "
                      f"starting outside a fault and longer than 3 s: {len(outside)} {outside[:10]}")  # fmt: skip
         lines.append(f"  (start s, length s, fault): {state['no_engine'][:12]}")
+        # A recording may lose engine data during a fault, and for the one read after it
+        # (the page is read once a second, answers in up to 2 s): never much beyond it.
+        beyond = [g for g in state["no_engine"] if g[0] + g[1] > fault_end(g[0]) + 3.0]
+        lines.append(
+            f"  spans that outlast their fault by more than 3 s: {len(beyond)} {beyond[:12]}"
+        )
         lines.append("events: " + "; ".join(state["events"][-30:]))
         args.out.write_text("\n".join(lines) + "\n")
 
