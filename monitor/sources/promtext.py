@@ -116,6 +116,7 @@ _MAX_NUMBER_CHARS = 300
 
 
 _NUMBER_ONLY = re.compile(_NUMBER)
+_NUMBERS_ONLY = re.compile(rf"(?:{_NUMBER})(?: (?:{_NUMBER}))*")
 # Scrape after scrape a page repeats its series and only the numbers change:
 # remember each plain line's text before the number (its name and labels,
 # already checked) so a repeat costs a dict lookup, not the line regex.
@@ -336,34 +337,70 @@ class PageLayout:
     takes the whole parse again. One layout per scraped URL (not thread-safe).
     """
 
-    __slots__ = ("_key", "_names", "_origins", "_heads", "generation")
+    __slots__ = ("_key", "_names", "_origins", "_heads", "_split", "generation")
 
     def __init__(self) -> None:
         self._key: list[str] | None = None
         self._names: Collection[str] | None = None  # what the layout's page was narrowed to
         self._origins: tuple[int, ...] = ()
         self._heads: tuple[tuple[str, dict[str, str]], ...] = ()
+        # The last text split by repeat() and how: a parse() of the same text that follows
+        # (the page was not a repeat) does not split it again.
+        self._split: tuple[str, list[str], list[str]] | None = None
         # Bumped whenever the series change: a caller keeping what it derived from
         # the samples' names and labels knows when to derive it again.
         self.generation = 0
+
+    def repeat(self, text: str, names: Collection[str]) -> list[float] | None:
+        """The numbers of ``text``'s remembered samples, in the samples' order, where its
+        lines but for their numbers are the last page's (narrowed to the same ``names``):
+        what a caller that derived its figures from the samples' names and labels (for
+        this ``generation``) needs to derive them again."""
+        lines = text.splitlines()
+        key = _line_key(lines)
+        self._split = (text, lines, key)
+        return self.numbers(lines, key, names)
+
+    def split(self, text: str) -> tuple[list[str], list[str]] | None:
+        """The lines and line key repeat() took from this very text, if it did."""
+        split = self._split
+        self._split = None
+        if split is None or split[0] is not text:
+            return None
+        return split[1], split[2]
+
+    def numbers(
+        self, lines: list[str], key: list[str], names: Collection[str]
+    ) -> list[float] | None:
+        if names is not self._names or key != self._key:
+            return None
+        if not self._origins:
+            return []
+        texts = [lines[at].rpartition(" ")[2] for at in self._origins]
+        # One match over them all (a number holds no space): each is a number the fast
+        # path reads, as _simple_sample would.
+        joined = " ".join(texts)
+        if _NUMBERS_ONLY.fullmatch(joined) is None or max(map(len, texts)) > _MAX_NUMBER_CHARS:
+            return None
+        values = list(map(float, texts))
+        if "-" in joined:
+            for i, number in enumerate(texts):
+                if number[0] == "-" and not values[i] and number[1:].isdigit():
+                    values[i] = 0.0  # as _simple_sample: "-0" is an integer, +0
+        return values
 
     def read(
         self, lines: list[str], key: list[str], names: Collection[str]
     ) -> tuple[Sample, ...] | None:
         """The samples of a page whose lines, but for their numbers, are the last page's
         (narrowed to the same ``names``)."""
-        if names is not self._names or key != self._key:
+        values = self.numbers(lines, key, names)
+        if values is None:
             return None
-        out = []
-        for at, (name, labels) in zip(self._origins, self._heads):
-            number = lines[at].rpartition(" ")[2]
-            if len(number) > _MAX_NUMBER_CHARS or _NUMBER_ONLY.fullmatch(number) is None:
-                return None
-            value = float(number)
-            if not value and number[0] == "-" and number[1:].isdigit():
-                value = 0.0  # as _simple_sample: "-0" is an integer, +0
-            out.append(Sample(name, dict(labels) if labels else {}, value))
-        return tuple(out)
+        return tuple(
+            Sample(name, dict(labels) if labels else {}, value)
+            for (name, labels), value in zip(self._heads, values)
+        )
 
     def remember(
         self,
@@ -397,13 +434,17 @@ def parse(
     """
     # Split as the old two-step path did: select_lines by str.splitlines, and
     # prometheus-client (reading a StringIO) at "\n" only.
-    lines = text.splitlines() if names is not None else text.split("\n")
-    key = None
-    if layout is not None and names is not None:
-        key = _line_key(lines)
-        again = layout.read(lines, key, names)
-        if again is not None:
-            return Exposition(again, 0)
+    key: list[str] | None = None
+    split = layout.split(text) if layout is not None and names is not None else None
+    if split is not None:
+        lines, key = split  # repeat() found this text no repeat of the last page
+    else:
+        lines = text.splitlines() if names is not None else text.split("\n")
+        if layout is not None and names is not None:
+            key = _line_key(lines)
+            again = layout.read(lines, key, names)
+            if again is not None:
+                return Exposition(again, 0)
     samples: list[Sample] = []
     origins: list[int] = []
     skipped = 0

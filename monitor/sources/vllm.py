@@ -285,45 +285,176 @@ def _not_served(text: str, url: str, tables: tuple[mn.Flavour, ...] | None) -> E
     )
 
 
+# One field's alternatives, in the table's order: (samples summed, None), or the ratio
+# (samples summed, samples summed under it); indices into the page's samples.
+_Alt = tuple[tuple[int, ...], tuple[int, ...] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _HistogramPlan:
+    les: tuple[float, ...]  # each bucket's bound, in the order the page first gives it
+    buckets: tuple[tuple[int, ...], ...]  # the samples summed into each bound's bucket
+    sums: tuple[int, ...]
+    counts: tuple[int, ...]
+
+    def read(self, v: list[float]) -> Histogram | None:
+        # The same arithmetic in the same order as _histogram, so both read alike to the bit.
+        buckets: dict[float, float] = {}
+        for le, at in zip(self.les, self.buckets):
+            acc = 0.0
+            for i in at:
+                acc = acc + v[i]
+            buckets[le] = acc
+        count = sum([v[i] for i in self.counts]) if self.counts else buckets.get(math.inf)
+        if count is None:
+            return None
+        buckets.setdefault(math.inf, count)
+        total = sum([v[i] for i in self.sums]) if self.sums else math.nan
+        values = [*buckets.values(), count, total]
+        if not all(math.isfinite(x) for x in values):
+            return None
+        return Histogram(buckets=tuple(sorted(buckets.items())), sum=total, count=count)
+
+
+@dataclass(frozen=True, slots=True)
+class _EnginePlan:
+    """Which samples make each of one engine's fields: decided by the samples' names and
+    labels alone, so a page repeating the last one's series is read from its numbers."""
+
+    key: Key
+    scalars: tuple[tuple[str, tuple[_Alt, ...]], ...]
+    histograms: tuple[tuple[str, _HistogramPlan | None], ...]
+    info: tuple[tuple[str, str], ...]
+
+    def read(self, v: list[float], url: str, flavour: mn.Flavour) -> EngineSample:
+        values = {name: _scalar_from(alts, v) for name, alts in self.scalars}
+        if values["waiting"] is None:
+            parts = [values["waiting_capacity"], values["waiting_deferred"]]
+            present = [p for p in parts if p is not None]
+            values["waiting"] = sum(present) if present else None
+        hists = []
+        for name, plan in self.histograms:
+            h = plan.read(v) if plan is not None else None
+            if h is not None:
+                hists.append((name, h))
+        return EngineSample(
+            url=url,
+            model_name=self.key[0],
+            engine=self.key[1],
+            histograms=tuple(hists),
+            cache_config=self.info,
+            flavour=flavour.name,
+            flavour_version=flavour.version or None,
+            **values,
+        )
+
+
+def _scalar_from(alts: tuple[_Alt, ...], v: list[float]) -> float | None:
+    """_scalar on the numbers alone (its alternatives with no samples left out)."""
+    for top, bottom in alts:
+        if bottom is None:
+            values = [x for x in (v[i] for i in top) if math.isfinite(x)]
+            return sum(values) if values else None
+        num, den = sum([v[i] for i in top]), sum([v[i] for i in bottom])
+        if math.isfinite(num) and math.isfinite(den) and den > 0:
+            return num / den
+    return None
+
+
+def _plan(
+    samples: tuple[Sample, ...],
+    places: dict[tuple[str, Key], tuple[int, ...]],
+    key: Key,
+    flavour: mn.Flavour,
+) -> _EnginePlan:
+    def picked(name: str, sel: mn.Selector) -> tuple[int, ...]:
+        return tuple(i for i in places.get((name, key), ()) if sel.matches(samples[i].labels))
+
+    scalars = []
+    for name in mn.GAUGES + mn.COUNTERS:
+        alts: list[_Alt] = []
+        for sel in flavour.candidates(name):
+            top = picked(sel.name, sel)
+            if sel.over is None:
+                if top:
+                    alts.append((top, None))
+                    break  # _scalar answers from the first selector with samples
+            else:
+                bottom = picked(sel.over.name, sel.over)
+                if top and bottom:
+                    alts.append((top, bottom))
+        scalars.append((name, tuple(alts)))
+    histograms = []
+    for name in mn.HISTOGRAMS:
+        plan: _HistogramPlan | None = None
+        for sel in flavour.candidates(name):
+            at = picked(sel.name + "_bucket", sel)
+            if not at:
+                continue
+            bounds: dict[float, list[int]] = {}
+            for i in at:
+                try:
+                    le = float(samples[i].labels.get("le", ""))
+                except ValueError:
+                    continue
+                if not math.isnan(le):
+                    bounds.setdefault(le, []).append(i)
+            if bounds:
+                plan = _HistogramPlan(
+                    les=tuple(bounds),
+                    buckets=tuple(tuple(b) for b in bounds.values()),
+                    sums=picked(sel.name + "_sum", sel),
+                    counts=picked(sel.name + "_count", sel),
+                )
+            break  # _histogram answers from the first selector with buckets
+        histograms.append((name, plan))
+    series = _Series(
+        {n: {key: [samples[i] for i in at]} for (n, k), at in places.items() if k == key}, [key]
+    )
+    return _EnginePlan(key, tuple(scalars), tuple(histograms), _info(series, key, flavour))
+
+
 @dataclass(slots=True)
 class _Grouping:
-    """What a page's series decided (its engine, which samples go to which engine
-    and name), kept for the pages after it that repeat those series."""
+    """What a page's series decided (its engine, and how each engine's fields are made
+    from its samples), kept for the pages after it that repeat those series."""
 
     generation: int
     chosen: mn.Flavour
-    keys: list[Key]
-    places: list[tuple[str, Key, tuple[int, ...]]]  # name, engine key, sample indices
-
-    def series(self, samples: tuple[Sample, ...]) -> _Series:
-        by_name: dict[str, dict[Key, list[Sample]]] = {}
-        for name, key, at in self.places:
-            by_name.setdefault(name, {})[key] = [samples[i] for i in at]
-        return _Series(by_name, list(self.keys))
+    plans: tuple[_EnginePlan, ...]
 
 
 class PageMemo:
     """One URL's page layout and grouping: a page repeating the last one's series is
-    read by its numbers alone (``promtext.PageLayout``), then grouped as before."""
+    read by its numbers alone (``promtext.PageLayout``), each engine's fields made
+    from them as the last page's samples decided (``_EnginePlan``)."""
 
     def __init__(self) -> None:
         self.layout = PageLayout()
         self.grouping: _Grouping | None = None
 
 
-def _grouped(
-    samples: tuple[Sample, ...], chosen: mn.Flavour, generation: int
-) -> tuple[_Series, _Grouping]:
+def _grouping(samples: tuple[Sample, ...], chosen: mn.Flavour, generation: int) -> _Grouping:
     mine = _names_of(chosen)
     picked = [i for i, s in enumerate(samples) if s.name in mine]
     series = _group((samples[i] for i in picked), chosen)
     where = {id(samples[i]): i for i in picked}
-    places = [
-        (name, key, tuple(where[id(s)] for s in group))
+    places = {
+        (name, key): tuple(where[id(s)] for s in group)
         for name, per_key in series.by_name.items()
         for key, group in per_key.items()
-    ]
-    return series, _Grouping(generation, chosen, list(series.keys), places)
+    }
+    plans = tuple(_plan(samples, places, key, chosen) for key in series.keys)
+    return _Grouping(generation, chosen, plans)
+
+
+def _with_missing(
+    engines: tuple[EngineSample, ...], flavour: mn.Flavour
+) -> tuple[EngineSample, ...]:
+    missing = _missing(engines, flavour)
+    if missing:
+        engines = tuple(replace(e, missing=missing) for e in engines)
+    return engines
 
 
 def engines_from_text(
@@ -340,24 +471,29 @@ def engines_from_text(
     """
     tables = (flavour,) if isinstance(flavour, mn.Flavour) else flavour
     names = _ALL_NAMES if tables is None else _engine_names(tables)
+    if memo is not None:
+        grouping = memo.grouping
+        if grouping is not None and grouping.generation == memo.layout.generation:
+            numbers = memo.layout.repeat(text, names)
+            if numbers is not None:
+                chosen = grouping.chosen
+                engines = tuple(plan.read(numbers, url, chosen) for plan in grouping.plans)
+                return _with_missing(engines, chosen), 0
     exposition = parse(text, names, memo.layout if memo is not None else None)
-    grouping = memo.grouping if memo is not None else None
-    if grouping is not None and memo is not None and grouping.generation == memo.layout.generation:
-        chosen = grouping.chosen
-        series = grouping.series(exposition.samples)
+    chosen, hits = detect_flavour(exposition, tables or mn.TABLES)
+    if hits == 0:
+        raise _not_served(text, url, tables)
+    if memo is not None:
+        # This page's and the next ones' fields, while they repeat its series, are made
+        # by the same plans (from the numbers alone).
+        grouping = memo.grouping = _grouping(exposition.samples, chosen, memo.layout.generation)
+        numbers = [s.value for s in exposition.samples]
+        engines = tuple(plan.read(numbers, url, chosen) for plan in grouping.plans)
     else:
-        chosen, hits = detect_flavour(exposition, tables or mn.TABLES)
-        if hits == 0:
-            raise _not_served(text, url, tables)
-        generation = memo.layout.generation if memo is not None else 0
-        series, grouping = _grouped(exposition.samples, chosen, generation)
-        if memo is not None:
-            memo.grouping = grouping
-    engines = tuple(_engine(series, key, url, chosen) for key in series.keys)
-    missing = _missing(engines, chosen)
-    if missing:
-        engines = tuple(replace(e, missing=missing) for e in engines)
-    return engines, exposition.skipped_lines
+        mine = _names_of(chosen)
+        series = _group((s for s in exposition.samples if s.name in mine), chosen)
+        engines = tuple(_engine(series, key, url, chosen) for key in series.keys)
+    return _with_missing(engines, chosen), exposition.skipped_lines
 
 
 def _has_path(url: str) -> bool:

@@ -427,6 +427,40 @@ def test_a_real_page_changed_anywhere_after_the_last_reads_as_a_fresh_parse(
     ]
 
 
+@pytest.mark.parametrize(
+    "number",
+    [
+        "-0",
+        "-00",
+        "-0.0",
+        "+0",
+        "1e-05",
+        "-1e-05",
+        "5x",
+        "1 2",
+        "9" * 300,
+        "9" * 310,
+        "NaN",
+        "-Inf",
+    ],
+)
+def test_a_repeated_series_reads_each_number_as_a_fresh_parse(number: str) -> None:
+    names = frozenset({"m", "n"})
+    first = '# TYPE m gauge\nm{a="1"} 5\nn 1\n'
+    then = f'# TYPE m gauge\nm{{a="1"}} {number}\nn 2\n'
+    fresh = parse(then, names)
+    got = _layout_read(first, then, names)
+    assert got.skipped_lines == fresh.skipped_lines
+    assert [_key(s.name, s.labels, s.value) for s in got.samples] == [
+        _key(s.name, s.labels, s.value) for s in fresh.samples
+    ]
+
+
+def test_a_repeated_page_of_no_wanted_sample_reads_none() -> None:
+    page = "# HELP m a gauge\n# TYPE m gauge\n"
+    assert _layout_read(page, page, frozenset({"m"})).samples == ()
+
+
 def test_a_family_whose_type_changed_is_not_read_through_the_layout() -> None:
     names = frozenset({"m", "m_total"})
     first = "# TYPE m counter\nm 1\n"
