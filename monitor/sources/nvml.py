@@ -27,7 +27,11 @@ read; NOT_FOUND there means no process ran a kernel since). They are read once
 every ``processes_every_s`` seconds, not every tick: the list changes when a
 process starts or stops, and each PID is looked up (user, command, container)
 through ``monitor.sources.gpu_processes``. Between reads a sample carries the
-last list. MIG instances list their own processes; the driver keeps no
+last list. A process alone on its GPU has the GPU's duty cycle for its SM share
+(and the memory duty cycle, where read without GPM, for its memory share): the
+per-process read costs ~1.9 ms of driver CPU on an H200, more than all of a
+tick's other NVML calls together, to say what the GPU's own figures say when
+only one process holds it. MIG instances list their own processes; the driver keeps no
 per-process utilisation for them, so their ``sm_share`` is None; a GPU
 split into instances lists none itself (its instances' lists would count twice).
 
@@ -57,7 +61,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -551,13 +555,19 @@ class NvmlSource:
             driver_util=driver_util,
             mig_instance=dev.gpu_instance_id if dev.mig_parent is not None else None,
             processes=(
-                self._read_processes(dev) if self._procs_every_s > 0 and not dev.has_migs else None
+                self._read_processes(dev, util, mem_util)
+                if self._procs_every_s > 0 and not dev.has_migs
+                else None
             ),
             **values,
         )
 
-    def _read_processes(self, dev: _Device) -> tuple[GpuProcess, ...] | None:
-        """The processes on one device, read once per ``processes_every_s``; see the docstring."""
+    def _read_processes(
+        self, dev: _Device, util: float | None, mem_util: float | None
+    ) -> tuple[GpuProcess, ...] | None:
+        """The processes on one device, read once per ``processes_every_s``; see the docstring.
+
+        ``util``, ``mem_util``: the device's duty cycles this tick, a lone process's shares."""
         now = self._clock()
         if now < dev.procs_due:
             return dev.last_procs
@@ -583,7 +593,12 @@ class NvmlSource:
         if not listed:
             dev.last_procs = None
             return None
-        shares = self._process_shares(dev)
+        if len(memory) == 1 and dev.mig_parent is None:
+            shares: Mapping[int, tuple[float | None, float | None]] | None = {
+                pid: (util, mem_util) for pid in memory
+            }
+        else:
+            shares = self._process_shares(dev)
         out = []
         for pid in sorted(memory):
             sm, mem = shares.get(pid, (0.0, 0.0)) if shares is not None else (None, None)

@@ -62,7 +62,9 @@ def test_each_process_has_its_memory_sm_share_and_identity() -> None:
 
 
 def test_processes_are_read_every_few_seconds_not_every_tick() -> None:
-    gpu = workload_gpu("matmul", compute_procs={4242: 1 * MIB}, proc_util={4242: (50, 0)})
+    gpu = workload_gpu(
+        "matmul", compute_procs={4242: 1 * MIB, 5151: 1 * MIB}, proc_util={4242: (50, 0)}
+    )
     src, fake, clock = make(gpu, every=5.0)
     seen = [tick(src, fake, clock).processes for _ in range(10)]
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses"] == 2  # at 0 s and at 5 s
@@ -71,18 +73,39 @@ def test_processes_are_read_every_few_seconds_not_every_tick() -> None:
 
 
 def test_a_process_that_stops_running_kernels_reads_zero_then_leaves_the_list() -> None:
-    gpu = workload_gpu("matmul", compute_procs={4242: 1 * MIB}, proc_util={4242: (90, 0)})
+    gpu = workload_gpu(
+        "matmul",
+        compute_procs={4242: 1 * MIB, 5151: 1 * MIB},
+        proc_util={4242: (90, 0), 5151: (5, 0)},
+    )
     src, fake, clock = make(gpu, every=1.0)
     assert tick(src, fake, clock).processes[0].sm_share == pytest.approx(0.9)
     gpu.proc_util = {}
     tick(src, fake, clock)  # samples from before the change may still be in this read
-    assert tick(src, fake, clock).processes[0].sm_share == 0.0
+    assert [p.sm_share for p in tick(src, fake, clock).processes] == [0.0, 0.0]
     gpu.compute_procs = {}
     assert tick(src, fake, clock).processes == ()
 
 
+def test_a_process_alone_on_its_gpu_has_the_gpus_duty_cycle_without_asking_the_driver() -> None:
+    gpu = workload_gpu("matmul", compute_procs={4242: 1 * MIB}, proc_util={4242: (20, 7)})
+    src, fake, clock = make(gpu, every=1.0)
+    tick(src, fake, clock)
+    g = tick(src, fake, clock)
+    (p,) = g.processes
+    assert g.util is not None and g.util > 0.5
+    assert (p.pid, p.sm_share, p.mem_share) == (4242, g.util, g.mem_util)
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == 0
+    gpu.compute_procs = {4242: 1 * MIB, 5151: 1 * MIB}  # a second process: asked again
+    shares = {p.pid: p.sm_share for p in tick(src, fake, clock).processes}
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == 1
+    assert shares[4242] == pytest.approx(0.2) and shares[5151] == 0.0
+
+
 def test_no_per_process_samples_means_no_share_not_zero() -> None:
-    gpu = workload_gpu("matmul", compute_procs={4242: 1 * MIB}, proc_util_supported=False)
+    gpu = workload_gpu(
+        "matmul", compute_procs={4242: 1 * MIB, 5151: 1 * MIB}, proc_util_supported=False
+    )
     src, fake, clock = make(gpu)
     g = tick(src, fake, clock)
     assert g.processes[0].memory_bytes == 1 * MIB and g.processes[0].sm_share is None
