@@ -23,8 +23,6 @@ from monitor.errors import ConfigError
 
 DEFAULT_PORT = 9402
 ENV_PREFIX = "HEADROOM_"
-# Settings whose environment value is a comma-separated list.
-_LIST_FIELDS = {"vllm", "pids", "gpus"}
 
 
 # A plain dataclass checked by hand, not a pydantic model: the agent is a daemon that
@@ -104,33 +102,22 @@ class SettingError(ValueError):
         self.message = message
 
 
-# Each field's kind: how a value from a file or the environment is converted.
-_KINDS = {
-    "listen": "str",
-    "vllm": "strs",
-    "engine": "str?",
-    "dcgm_exporter": "str?",
-    "interval": "float",
-    "window": "float",
-    "timeout": "float",
-    "stale_after": "float?",
-    "nvml": "bool",
-    "gpm": "bool",
-    "gpu_util_every": "float",
-    "gpu_processes_every": "float",
-    "dcgm": "bool",
-    "host": "bool",
-    "gpus": "ints",
-    "pids": "ints",
-    "max_num_seqs": "int?",
-    "max_num_batched_tokens": "int?",
-    "gpu_model": "str?",
-    "thresholds": "str?",
-    "web_config": "str?",
-    "allow_profile": "bool",
-    "profile_every": "float",
-    "profile_rate": "int",
+# How a value from a file or the environment is converted, by the field's annotation: one
+# list of settings (the dataclass), their kinds read off it.
+_KIND_OF = {
+    "str": "str",
+    "str | None": "str?",
+    "tuple[str, ...]": "strs",
+    "float": "float",
+    "float | None": "float?",
+    "int": "int",
+    "int | None": "int?",
+    "tuple[int, ...]": "ints",
+    "bool": "bool",
 }
+_KINDS = {f.name: _KIND_OF[str(f.type)] for f in fields(AgentConfig)}
+# Settings whose environment value is a comma-separated list.
+_LIST_FIELDS = {name for name, kind in _KINDS.items() if kind in ("strs", "ints")}
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f"}
 
