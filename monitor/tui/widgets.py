@@ -603,7 +603,29 @@ class HostPanel(Panel):
         return text
 
 
-class SectionNotice(Widget):
+class _Notice(Widget):
+    """Lines shown only while there is something to say: hidden when empty, repainted only
+    when the text changes."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id=id)
+        self.view = View()
+        self._shown: Text | None = None
+
+    def update_view(self, view: View) -> None:
+        self.view = view
+        text = self.render()
+        if text == self._shown and self.display == bool(text.plain):
+            return  # nothing to repaint
+        self._shown = text
+        self.display = bool(text.plain)
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        raise NotImplementedError
+
+
+class SectionNotice(_Notice):
     """A source family's errors, in the place its panels would be (the rest keeps updating)."""
 
     DEFAULT_CSS = "SectionNotice { height: auto; }"
@@ -612,16 +634,6 @@ class SectionNotice(Widget):
         super().__init__(id=id)
         self.sources = tuple(sources)
         self.empty = empty
-        self.view = View()
-
-    def update_view(self, view: View) -> None:
-        before = self.render()
-        self.view = view
-        text = self.render()
-        if text == before and self.display == bool(text.plain):
-            return  # nothing to repaint
-        self.display = bool(text.plain)
-        self.refresh(layout=True)
 
     def render(self) -> Text:
         text = Text()
@@ -633,21 +645,8 @@ class SectionNotice(Widget):
         return text
 
 
-class NotesPanel(Widget):
+class NotesPanel(_Notice):
     DEFAULT_CSS = "NotesPanel { height: auto; }"
-
-    def __init__(self, id: str) -> None:
-        super().__init__(id=id)
-        self.view = View()
-
-    def update_view(self, view: View) -> None:
-        before = self.render()
-        self.view = view
-        text = self.render()
-        if text == before and self.display == bool(text.plain):
-            return  # nothing to repaint
-        self.display = bool(text.plain)
-        self.refresh(layout=True)
 
     def render(self) -> Text:
         text = Text()
