@@ -344,12 +344,9 @@ UNDER_LOAD = (Path(__file__).resolve().parent.parent / "fixtures" / FIXTURES[1])
 _MUTANTS = list(' \t{}"\\,=#e-+.0a_:IN\n')
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.randoms(use_true_random=False), st.integers(1, 6))
-def test_a_mutated_real_page_reads_as_prometheus_client_reads_it(
-    rnd: random.Random, edits: int
-) -> None:
-    lines = UNDER_LOAD.splitlines()
+def _edited(page: str, rnd: random.Random, edits: int) -> str:
+    """``page`` with ``edits`` characters inserted, deleted or replaced at random."""
+    lines = page.splitlines()
     for _ in range(edits):
         i = rnd.randrange(len(lines))
         line = lines[i]
@@ -363,7 +360,15 @@ def test_a_mutated_real_page_reads_as_prometheus_client_reads_it(
         else:
             line = line[:j] + c + line[j + 1 :]
         lines[i] = line
-    page = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False), st.integers(1, 6))
+def test_a_mutated_real_page_reads_as_prometheus_client_reads_it(
+    rnd: random.Random, edits: int
+) -> None:
+    page = _edited(UNDER_LOAD, rnd, edits)
     for names in (None, VLLM_NAMES):
         got = parse(page, names)  # never raises, whatever the edit
         try:
@@ -413,12 +418,7 @@ def test_a_page_repeating_the_last_series_reads_as_a_fresh_parse(
 def test_a_real_page_changed_anywhere_after_the_last_reads_as_a_fresh_parse(
     rnd: random.Random, edits: int
 ) -> None:
-    lines = UNDER_LOAD.splitlines()
-    for _ in range(edits):
-        i = rnd.randrange(len(lines))
-        j = rnd.randrange(len(lines[i]) + 1)
-        lines[i] = lines[i][:j] + rnd.choice(_MUTANTS) + lines[i][j + 1 :]
-    then = "\n".join(lines) + "\n"
+    then = _edited(UNDER_LOAD, rnd, edits)
     fresh = parse(then, VLLM_NAMES)
     got = _layout_read(UNDER_LOAD, then, VLLM_NAMES)
     assert got.skipped_lines == fresh.skipped_lines
