@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -20,7 +20,6 @@ class Answer:
     pieces: list[bytes]
     gap: float = 0.0
     close: bool = False  # close the connection after sending (whatever the headers said)
-    sent: threading.Event = field(default_factory=threading.Event)
 
 
 def ok(body: bytes, *headers: str) -> Answer:
@@ -90,8 +89,6 @@ class RawServer:
                         conn.sendall(piece)
                 except OSError:
                     return  # the client gave up (the deadline tests)
-                finally:
-                    answer.sent.set()
                 if answer.close:
                     return
 
