@@ -136,7 +136,7 @@ def test_an_answer_sent_a_byte_at_a_time(raw: RawServer) -> None:
         Answer([bytes([b]) for b in whole_chunked], gap=0.002),
         ok(b"after\n"),
     )
-    with Scraper(raw.url, 5.0) as scraper:
+    with Scraper(raw.url, 30.0) as scraper:  # the deadline covers all ~700 pieces
         assert scraper.get() == 'm{a="1"} 1\nn 2\n'
         assert scraper.get() == "m 1\nn 2\n"
         assert scraper.get() == "after\n"
