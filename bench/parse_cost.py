@@ -12,7 +12,8 @@ Rows, all on tests/fixtures/vllm-0.32.0-cpu-metrics-under-load.txt (54 KB, 639 l
   (d) engines_from_text: (c) plus grouping into EngineSamples, VllmSource's whole parse;
   (e) VllmSource.read() against an HTTP server on 127.0.0.1 in another process, so
       that time.process_time counts the client alone: fetch + parse + grouping;
-  (f) promtext.Scraper.get alone (http.client GET of the same page), the HTTP share of (e);
+  (f) promtext.Scraper.get alone (its plain-http client, http_page; http.client before
+      issue 19: bench/http_get_cost.py compares the two), the HTTP share of (e);
   (g) the same GET through httpx, which the sources used before the Scraper.
 
 Method (MACHINE.md): the rows run interleaved, one batch of each per repeat; a batch
@@ -160,7 +161,7 @@ def main() -> int:
                 Row("(c0) promtext.parse, first scrape", parse_cold, args.calls),
                 Row("(d) engines_from_text", lambda: engines_from_text(text, url), args.calls),
                 Row("(e) VllmSource.read() over HTTP", read_checked, args.reads),
-                Row("(f) Scraper.get alone (http.client)", scraper.get, args.reads),
+                Row("(f) Scraper.get alone (http_page)", scraper.get, args.reads),
                 Row(
                     "(g) the same GET through httpx",
                     lambda: client.get(source.url).text,
