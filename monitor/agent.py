@@ -31,6 +31,7 @@ from monitor.exporter import SelfStats, build_registry
 from monitor.samples import SourceError
 from monitor.sources.base import Reading, Source
 from monitor.sources.paced import Paced
+from monitor.sources.promtext import display_url
 
 log = logging.getLogger("monitor.agent")
 
@@ -55,7 +56,8 @@ class TrackedSource:
         self._source = source
         self._stats = stats
         self.name = source.name
-        self.target = str(getattr(source, "url", "") or "")
+        # As the source's own errors name it: no credentials (it labels exported series).
+        self.target = display_url(str(getattr(source, "url", "") or ""))
         self._failing: dict[str, str] = {}  # target -> message, as last logged
 
     def read(self) -> Reading:

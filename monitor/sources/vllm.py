@@ -559,7 +559,9 @@ class VllmSource:
         try:
             text = self._scraper.get()
             answered = True
-            found = engines_from_text(text, self.url, self._tables, self._memo)
+            # The URL as shown, credentials left out: it labels every series exported and
+            # every line printed of this engine.
+            found = engines_from_text(text, display_url(self.url), self._tables, self._memo)
         except EndpointError as exc:
             # Only a server that answered (a page of no engine, an HTTP error) is asked at
             # the engines' own paths: one that is down or slow is not asked twice a tick.
@@ -575,7 +577,7 @@ class VllmSource:
         for alt in self._alternatives:
             scraper = Scraper(alt, self.timeout)
             try:
-                found = engines_from_text(scraper.get(), alt, self._tables)
+                found = engines_from_text(scraper.get(), display_url(alt), self._tables)
             except EndpointError:
                 scraper.close()
                 continue

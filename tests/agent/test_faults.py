@@ -149,3 +149,18 @@ def test_a_slow_engine_holds_neither_the_ticks_nor_the_gpu_readings(start_agent)
     endpoint.delay = 0.0
     wait_until(lambda: not get(agent.url + "/healthz").json()["stale_sources"], timeout=15)
     endpoint.stop()
+
+
+def test_credentials_in_an_engine_url_label_nothing_the_agent_serves(start_agent) -> None:
+    endpoint = Endpoint(VLLM_TEXT)
+    url = endpoint.url.replace("http://", "http://ops:s3cret@")
+    agent = start_agent([VllmSource(url, timeout=2.0)])
+    metrics = agent.url + "/metrics"
+    running = wait_until(lambda: series(get(metrics).text, "headroom_engine_requests_running"))
+    assert running[0][0]["url"] == endpoint.url
+    for path in ("/metrics", "/healthz", "/api/v1/snapshot"):
+        assert "s3cret" not in get(agent.url + path).text
+    endpoint.stop()
+    wait_until(lambda: errors_for(get(metrics).text, "vllm") >= 1)
+    for path in ("/metrics", "/healthz", "/api/v1/snapshot"):
+        assert "s3cret" not in get(agent.url + path).text

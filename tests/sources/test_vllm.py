@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -393,3 +395,24 @@ def test_pages_read_through_the_last_ones_layout_give_the_same_engines(
         )
     (e0, e1), _ = engines_from_text(pages[-1], "http://h/metrics", None, memo)
     assert (e0.model_name, e1.engine, e1.running) == ("other", "1", 4.0)
+
+
+def test_credentials_in_the_engine_url_never_reach_a_reading_or_the_output(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    # The engine's URL labels every series the agent exports and every line printed.
+    http_server.set("/metrics", read_fixture(UNDER_LOAD))
+    port = http_server.port
+    url = f"http://ops:s3cret@127.0.0.1:{port}"
+    (e,) = read_once(url).engines
+    assert e.url == f"http://127.0.0.1:{port}/metrics"
+    assert http_server.authorizations[-1] is not None  # still sent, as basic auth
+    for args in ((), ("--json",)):
+        done = subprocess.run(
+            [sys.executable, "-m", "headroom", "snapshot", "--no-nvml", "--no-host",
+             "--window", "1", "--vllm", url, *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "127.0.0.1" in done.stdout
+        assert "s3cret" not in done.stdout + done.stderr
