@@ -25,6 +25,7 @@ from monitor.fleet.model import (
     FleetVerdict,
     rank,
 )
+from monitor.sources.promtext import display_url
 
 
 def snapshot_url(agent_url: str) -> str:
@@ -102,15 +103,15 @@ def read_agents(
             resp.raise_for_status()
             report = resp.json()
         except httpx.HTTPStatusError as exc:
-            note = f"{url}: HTTP {exc.response.status_code}"
+            note = f"{display_url(url)}: HTTP {exc.response.status_code}"
         except httpx.HTTPError as exc:
-            note = f"{url}: {type(exc).__name__}: {exc}".rstrip(": ")
+            note = f"{display_url(url)}: {type(exc).__name__}: {exc}".rstrip(": ")
         except ValueError:
-            note = f"{url}: the answer is not JSON"
+            note = f"{display_url(url)}: the answer is not JSON"
         else:
             if isinstance(report, dict) and "gpus" in report and "engines" in report:
                 return host_from_report(instance, report, wall(), stale_after_s)
-            note = f"{url}: the answer is not a headroom report"
+            note = f"{display_url(url)}: the answer is not a headroom report"
         return FleetHost(instance=instance, present=False, note=note, stale_after_s=stale_after_s)
 
     with (

@@ -13,11 +13,12 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 
 from monitor.errors import ConfigError, EndpointAnsweredError, EndpointError
+from monitor.sources.promtext import display_url
 
 TOKEN_ENV = "HEADROOM_PROMETHEUS_TOKEN"
 USER_ENV = "HEADROOM_PROMETHEUS_USER"
@@ -46,19 +47,8 @@ def base_url(url: str) -> str:
         url = url.removesuffix(tail)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--prometheus needs an http(s) URL, not {shown_url(url)!r}")
+        raise ConfigError(f"--prometheus needs an http(s) URL, not {display_url(url)!r}")
     return url
-
-
-def shown_url(url: str) -> str:
-    """The URL as messages may print it: without user:password@."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 def _auth_from_env(env: Mapping[str, str]) -> tuple[dict[str, str], httpx.BasicAuth | None]:
@@ -84,13 +74,13 @@ class PromQL:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.url = base_url(url)
-        self.shown = shown_url(self.url)
+        self.shown = display_url(self.url)
         self.at = at
         headers, auth = _auth_from_env(os.environ if env is None else env)
         parts = urlsplit(self.url)
         if parts.username is not None and auth is None and "Authorization" not in headers:
             auth = httpx.BasicAuth(parts.username, parts.password or "")
-        self._endpoint = shown_url(self.url) + "/api/v1/query"
+        self._endpoint = display_url(self.url) + "/api/v1/query"
         self._client = httpx.Client(timeout=timeout, headers=headers, auth=auth)
 
     def close(self) -> None:

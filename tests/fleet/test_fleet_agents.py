@@ -58,6 +58,13 @@ def test_read_agents_ranks_them_and_lists_the_one_that_did_not_answer(
     assert gone.note is not None and gone.note.startswith("http://127.0.0.1:9/api/v1/snapshot: ")
 
 
+def test_an_agent_behind_basic_auth_that_fails_is_named_without_its_password() -> None:
+    (gone,) = read_agents(["http://prom:s3cret@127.0.0.1:9"], timeout=2).hosts
+    assert gone.instance == "127.0.0.1:9"
+    assert gone.note is not None and gone.note.startswith("http://127.0.0.1:9/api/v1/snapshot: ")
+    assert "s3cret" not in gone.note
+
+
 async def test_the_screen_lists_the_agents_and_opens_one(two_agents: tuple[str, str, str]) -> None:
     busy, idle, dead = two_agents
     app = FleetApp(lambda: read_agents([busy, idle, dead], timeout=2), every=60)
