@@ -5,8 +5,9 @@ Every configuration runs at once, each its own process (tree), for the same
 served on loopback by a process whose tree holds the workload (a bf16 matmul
 loop with ``--workload matmul``, a pure-Python loop with ``cpu``), so the agents'
 host source finds it from the engine URL's port. Each /metrics is scraped every
-5 s, as Prometheus would. CPU is utime+stime of each whole process tree over the
-measured span (start-up excluded); RSS is the main process's at the end.
+5 s with Prometheus's Accept header (so every exporter answers in OpenMetrics). CPU
+is utime+stime of each whole process tree over the measured span (start-up
+excluded); RSS is the main process's at the end.
 
     python bench/agent_process_cost.py --seconds 120 --workload matmul --nvitop \\
         --before .before --out bench/results/agent_process_cost_h200.txt
@@ -37,6 +38,12 @@ sys.path.insert(0, str(ROOT))
 from bench.machine import tree_cpu  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
+# What Prometheus asks for (its default scrape protocols): every exporter here answers in
+# OpenMetrics, as it does to a real Prometheus.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
 
 
 def free_port() -> int:
@@ -230,7 +237,10 @@ def main() -> None:
         time.sleep(min(5.0, max(0.0, args.seconds - (time.monotonic() - t0))))
         for name, (_, port) in procs.items():
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/metrics", headers={"Accept": PROMETHEUS_ACCEPT}
+                )
+                urllib.request.urlopen(request, timeout=5).read()
             except Exception:
                 scrapes_failed[name] += 1
     elapsed = time.monotonic() - t0
@@ -268,7 +278,8 @@ def main() -> None:
         f"{platform.node()}: {os.cpu_count()} CPUs, python {platform.python_version()}",
         f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}",
         f"# all configurations side by side for {elapsed:.0f} s after {args.warmup:g} s of "
-        f"start-up; workload: {args.workload}; engine page: {args.page}; each /metrics scraped every 5 s",
+        f"start-up; workload: {args.workload}; engine page: {args.page}; each /metrics scraped "
+        "every 5 s as Prometheus asks (OpenMetrics)",
         "# CPU: utime+stime of the whole process tree; RSS: the main process at the end",
         f"{'configuration':<42} {'% of a core':>11} {'ms/tick':>8} {'ticks':>6} "
         f"{'RSS MiB':>8} {'x nvitop':>8}",

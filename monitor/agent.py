@@ -19,12 +19,13 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import choose_encoder
 
+from monitor import exposition
 from monitor.config import AgentConfig, TlsConfig, WebConfig, load_web_config
 from monitor.errors import ConfigError
 from monitor.exporter import SelfStats, build_registry
@@ -266,7 +267,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if path == "/metrics":
             encoder, content_type = choose_encoder(self.headers.get("Accept"))
-            self._send(200, encoder(agent.registry), content_type, head)
+            collected = list(agent.registry.collect())
+            body = exposition.render(collected, content_type)
+            if body is None:  # what headroom's own writer does not write: the library's
+                body = encoder(_Collected(collected))
+            self._send(200, body, content_type, head)
         elif path == "/api/v1/snapshot":
             report = agent.monitor.report()
             if report is None:
@@ -283,6 +288,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, body, "text/plain; charset=utf-8", head)
         else:
             self._send(404, b"not found\n", "text/plain; charset=utf-8", head)
+
+
+class _Collected:
+    """Families already collected, as a registry for prometheus-client's writers."""
+
+    def __init__(self, metrics: list[Any]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        return iter(self._metrics)
 
 
 def _finite(obj: Any) -> Any:
