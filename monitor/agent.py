@@ -161,6 +161,23 @@ class _Server(http.server.ThreadingHTTPServer):
     agent: Agent
     tls: ssl.SSLContext | None = None
 
+    def server_activate(self) -> None:
+        # The connections being served: a scraper's kept-alive one would otherwise go on
+        # being answered by a stopped agent (its request thread outlives the accept loop).
+        self.open_connections: set[Any] = set()
+        self._connections_lock = threading.Lock()
+        super().server_activate()
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self.open_connections)
+            self.open_connections.clear()
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone
+
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = super().get_request()
         if self.tls is not None:
@@ -170,13 +187,19 @@ class _Server(http.server.ThreadingHTTPServer):
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(self.request_timeout)
-        if isinstance(request, ssl.SSLSocket):
-            try:
-                request.do_handshake()
-            except (ssl.SSLError, OSError) as exc:
-                log.debug("TLS handshake with %s failed: %s", client_address, exc)
-                return
-        super().finish_request(request, client_address)
+        with self._connections_lock:
+            self.open_connections.add(request)
+        try:
+            if isinstance(request, ssl.SSLSocket):
+                try:
+                    request.do_handshake()
+                except (ssl.SSLError, OSError) as exc:
+                    log.debug("TLS handshake with %s failed: %s", client_address, exc)
+                    return
+            super().finish_request(request, client_address)
+        finally:
+            with self._connections_lock:
+                self.open_connections.discard(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up mid-response is routine for a server; one line at debug.
@@ -489,6 +512,7 @@ class Agent:
                 stopper.join(0.05)
             self._server_thread.join(timeout=10)
             self._server_thread = None
+        self.server.close_connections()
         self.server.server_close()
         self.sampler.close()
         log.info("agent stopped")

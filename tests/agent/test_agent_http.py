@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import ssl
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import bcrypt
 import httpx
 import pytest
-from agent_support import FakeEngineSource, FakeGpuSource, get, wait_until
+from agent_support import FakeEngineSource, FakeGpuSource, get, make_config, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.agent import Agent
@@ -188,3 +189,22 @@ def test_listen_on_a_busy_port_is_one_line_error(start_agent) -> None:
     host, port = agent.address
     with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
         Agent(AgentConfig(listen=f"127.0.0.1:{port}", nvml=False), sources=[])
+
+
+def test_a_stopped_agent_answers_no_kept_alive_scraper() -> None:
+    # Prometheus keeps its connection open between scrapes: once the agent stops, that
+    # connection must end too, not go on being answered with the last readings.
+    agent = Agent(make_config(), sources=[FakeGpuSource()])
+    agent.start()
+    host, port = agent.address
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        for _ in range(2):
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()
+        agent.stop()
+        with pytest.raises((http.client.HTTPException, OSError)):
+            conn.request("GET", "/metrics")
+            conn.getresponse().read()
+    finally:
+        conn.close()
