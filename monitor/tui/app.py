@@ -196,7 +196,8 @@ class HeadroomApp(App[int]):
     def _set_sweep(self, state: SweepState) -> None:
         self.sweep_state = state
         if isinstance(self.screen, SweepScreen):
-            self.screen.update_view(self.view)
+            # redraw, not update_view: a sweep screen just pushed may not be composed yet.
+            self.screen.redraw()
 
     # What the status bar says ---------------------------------------------------------------
 

@@ -393,6 +393,27 @@ async def test_shift_w_starts_and_stops_a_sweep_and_the_view_follows_it(
         assert not launcher.running
 
 
+async def test_a_sweep_reading_that_lands_before_the_sweep_screen_is_drawn_is_kept(
+    seq_cap: Path, tmp_path: Path
+) -> None:
+    """The sweep file is read in a thread: its reading can arrive in the same tick as the
+    push of the sweep screen, before that screen has its widgets (this crashed the app)."""
+    from monitor.tui.sweep import read_sweep
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    step = {"index": 0, "mode": "closed", "concurrency": 1, "output_tokens_per_s": 64.0}
+    (out / "steps.jsonl").write_text(json.dumps(step) + "\n")
+    app = paused_app(seq_cap)
+    async with app.run_test(size=(100, 40)) as pilot:
+        app.push_screen(SweepScreen())
+        app._set_sweep(read_sweep(out))  # same tick: the screen is not composed yet
+        await pilot.pause()
+        assert isinstance(app.screen, SweepScreen)
+        assert len(app.sweep_state.steps) == 1
+        assert "saturation" in visible(app)
+
+
 async def test_a_view_that_draws_the_same_repaints_nothing(
     seq_cap: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
