@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from simulator.config import SimConfig, apply_overrides, read_file
 from simulator.errors import SimConfigError, SimError
+from simulator.otlp import check_endpoint
 from simulator.scenarios import SCENARIOS, build
 
 READY_PREFIX = "SIM_READY "
@@ -32,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config", default=None, help="TOML or YAML file overriding the scenario's engine and load"
+    )
+    parser.add_argument(
+        "--otlp-traces-endpoint",
+        default=None,
+        metavar="URL",
+        help="POST each finished request's trace span there (OTLP/HTTP protobuf), as vLLM does",
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     # start_sim passes its own PID: a simulator whose caller died (a closed terminal,
@@ -63,11 +70,16 @@ def list_scenarios() -> str:
 
 
 async def _serve(
-    cfg: SimConfig, host: str, port: int, load: bool, announce: Callable[[str], None]
+    cfg: SimConfig,
+    host: str,
+    port: int,
+    load: bool,
+    announce: Callable[[str], None],
+    otlp_traces_endpoint: str | None,
 ) -> None:
     from simulator.server import start_server
 
-    runner, engine, bound = await start_server(cfg, host, port, load)
+    runner, engine, bound = await start_server(cfg, host, port, load, otlp_traces_endpoint)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -88,11 +100,21 @@ async def _serve(
 
 
 def serve(
-    cfg: SimConfig, host: str, port: int, load: bool, announce: Callable[[str], None]
+    cfg: SimConfig,
+    host: str,
+    port: int,
+    load: bool,
+    announce: Callable[[str], None],
+    otlp_traces_endpoint: str | None = None,
 ) -> None:
-    """Serve until SIGINT or SIGTERM; ``announce`` gets the base URL once it is listening."""
+    """Serve until SIGINT or SIGTERM; ``announce`` gets the base URL once it is listening.
+
+    ``otlp_traces_endpoint``: where finished requests' trace spans go (None: nowhere).
+    """
+    if otlp_traces_endpoint is not None:
+        check_endpoint(otlp_traces_endpoint)
     try:
-        asyncio.run(_serve(cfg, host, port, load, announce))
+        asyncio.run(_serve(cfg, host, port, load, announce, otlp_traces_endpoint))
     except OSError as exc:
         raise SimError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
@@ -124,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def announce(url: str) -> None:
             print(f"{READY_PREFIX}{url} {cfg.scenario}", flush=True)
 
-        serve(cfg, host, port, not args.no_load, announce)
+        serve(cfg, host, port, not args.no_load, announce, args.otlp_traces_endpoint)
     except SimError as exc:
         print(f"simulator: {exc}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ from typing import Any
 
 from simulator.cli import READY_PREFIX, resolve
 from simulator.errors import SimConfigError, SimStartError
+from simulator.otlp import check_endpoint
 from simulator.scenarios import SCENARIOS
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -142,17 +143,21 @@ def start_sim(
     load: bool = True,
     config: str | os.PathLike[str] | dict[str, Any] | None = None,
     timeout: float = 60.0,
+    otlp_traces_endpoint: str | None = None,
 ) -> SimHandle:
     """Start ``python -m simulator`` in a new process group; return once /health answers.
 
     ``config`` is a TOML/YAML file or a dict of the same shape
     (``{"engine": {"max_num_seqs": 4}, "load": {...}}``) laid over the scenario.
+    ``otlp_traces_endpoint``: where the box sends each finished request's trace span.
     """
     if scenario not in SCENARIOS:
         raise SimConfigError(f"unknown scenario {scenario!r} (one of: {', '.join(SCENARIOS)})")
     cmd = [sys.executable, "-m", "simulator", "--scenario", scenario, "--listen", f"{host}:{port}"]
     if not load:
         cmd.append("--no-load")
+    if otlp_traces_endpoint is not None:
+        cmd += ["--otlp-traces-endpoint", check_endpoint(otlp_traces_endpoint)]
     cmd += ["--exit-with-parent", str(os.getpid())]
     temp_config = None
     if isinstance(config, dict):

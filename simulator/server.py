@@ -22,6 +22,7 @@ from simulator.config import SimConfig
 from simulator.engine import Emission, Request
 from simulator.errors import SimConfigError
 from simulator.metrics import render_dcgm, render_vllm
+from simulator.otlp import SpanExporter, TraceParent, new_span, parse_traceparent
 from simulator.realtime import EngineThread
 from simulator.scenarios import SCENARIOS, build
 
@@ -164,8 +165,12 @@ class TokenStream:
 
 
 class SimServer:
-    def __init__(self, engine: EngineThread) -> None:
+    def __init__(self, engine: EngineThread, spans: SpanExporter | None = None) -> None:
         self.engine = engine
+        self.spans = spans
+        # Spans carry wall-clock times; the engine's clock is monotonic. One offset, taken
+        # once, keeps every span's times on the same scale as the engine's own.
+        self._wall_offset = time.time() - engine.clock()
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- wiring --------------------------------------------------------------------
@@ -372,6 +377,8 @@ class SimServer:
                 prompt_words(body, chat), self.engine.cfg.engine.block_size
             )
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        if self.spans is not None:
+            self._trace(req, rid, parse_traceparent(request.headers.get("traceparent")))
         self.engine.submit(req)
         done = False
         try:
@@ -384,6 +391,36 @@ class SimServer:
         finally:
             if not done or stream.finish is None:
                 self.engine.abort(req)
+
+    def _trace(self, req: Request, rid: str, parent: TraceParent | None) -> None:
+        """Send the request's span when it finishes, as vLLM's output processor does."""
+        spans, offset = self.spans, self._wall_offset
+        assert spans is not None
+
+        # Runs on the engine thread, under its lock, with the times its histograms just
+        # observed: only arithmetic and an append here; the exporter's thread does the rest.
+        def finished(r: Request, now: float) -> None:
+            scheduled, first = r.first_scheduled, r.first_token
+            if r.finish_reason == "abort" or scheduled is None or first is None:
+                return  # vLLM sends no span for an aborted request
+            last = r.last_token if r.last_token is not None else now
+            attrs = (
+                ("gen_ai.latency.time_to_first_token", first - r.arrival),
+                ("gen_ai.latency.e2e", now - r.arrival),
+                ("gen_ai.latency.time_in_queue", scheduled - r.arrival),
+                ("gen_ai.usage.prompt_tokens", r.prompt_tokens),
+                ("gen_ai.usage.completion_tokens", r.output),
+                ("gen_ai.latency.time_in_model_prefill", first - scheduled),
+                ("gen_ai.latency.time_in_model_decode", last - first),
+                ("gen_ai.latency.time_in_model_inference", last - scheduled),
+                ("gen_ai.request.id", rid),
+                ("gen_ai.request.max_tokens", r.max_tokens),
+                ("gen_ai.request.n", 1),
+            )
+            start_ns = int((r.arrival + offset) * 1e9)
+            spans.add(new_span(parent, start_ns, int((now + offset) * 1e9), attrs))
+
+        req.on_finish = finished
 
     async def _whole(self, req: Request, stream: TokenStream, rid: str, chat: bool) -> web.Response:
         produced, finish = 0, None
@@ -500,15 +537,30 @@ class SimServer:
 
 
 async def start_server(
-    cfg: SimConfig, host: str, port: int, load: bool
+    cfg: SimConfig, host: str, port: int, load: bool, otlp_traces_endpoint: str | None = None
 ) -> tuple[web.AppRunner, EngineThread, int]:
-    """Start the engine thread and the HTTP server on the running loop; return the bound port."""
+    """Start the engine thread and the HTTP server on the running loop; return the bound port.
+
+    With ``otlp_traces_endpoint`` each finished API request's span goes there; the spans
+    still queued are sent when the runner is cleaned up.
+    """
     engine = EngineThread(cfg, load=load)
-    server = SimServer(engine)
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    spans = SpanExporter(otlp_traces_endpoint) if otlp_traces_endpoint else None
+    server = SimServer(engine, spans)
+    app = server.app()
+    if spans is not None:
+        exporter = spans
+
+        async def close_spans(app: web.Application) -> None:
+            await asyncio.to_thread(exporter.close)
+
+        app.on_cleanup.append(close_spans)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=2048)
     await site.start()
+    if spans is not None:
+        spans.start()
     engine.start()
     bound = port
     for addr in runner.addresses:

@@ -40,6 +40,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="TOML or YAML file overriding the scenario's [engine] and [load] keys",
     )
+    p.add_argument(
+        "--otlp-traces-endpoint",
+        default=None,
+        metavar="URL",
+        help=(
+            "POST each finished request's trace span there (OTLP/HTTP protobuf), as vLLM's flag "
+            "of the same name does: its queue, prefill and first-token times"
+        ),
+    )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
 
 
@@ -63,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {cfg.summary}" if cfg.summary else "", flush=True)
             print("  Ctrl-C to stop", file=sys.stderr, flush=True)
 
-        serve(cfg, host, port, not args.no_load, announce)
+        serve(cfg, host, port, not args.no_load, announce, args.otlp_traces_endpoint)
     except SimConfigError as exc:
         raise ConfigError(str(exc)) from None
     except SimError as exc:
