@@ -129,6 +129,12 @@ def _extras(s: StepResult) -> str:
         out.append("TTFT p50 by turn " + " ".join(f"{v:.3f}" for v in s.ttft_p50_by_turn.values()))
     if s.speed is not None:
         out.append(f"speed {s.speed:g}x")
+    mr = (s.ttft_parts or {}).get("median_request")
+    if mr:
+        out.append(
+            f"median TTFT = queue {mr['queue_s']:.3f} + prefill {mr['prefill_s']:.3f} + "
+            f"other {mr['engine_other_s']:.3f} + outside {mr['outside_s']:.3f} s"
+        )
     if s.ttft_parts and s.ttft_parts.get("outside_note"):
         out.append(s.ttft_parts["outside_note"])
     return "  " + "  ".join(out) if out else ""

@@ -31,6 +31,7 @@ class RequestRecord:
     requested_in: int | None = None  # prompt tokens asked for (None: not known)
     requested_out: int | None = None  # max_tokens sent
     turn: int | None = None  # conversations: the turn's index in its session, from 1
+    trace_id: str | None = None  # the traceparent's trace id sent with it (engine spans on)
 
     @property
     def end(self) -> float | None:
@@ -59,6 +60,7 @@ class RequestRecord:
                 "rin": self.requested_in,
                 "rout": self.requested_out,
                 "turn": self.turn,
+                "tid": self.trace_id,
             },
             separators=(",", ":"),
         )
@@ -122,6 +124,7 @@ def parse_line(line: str) -> RequestRecord | WorkerStatus | dict | None:
             requested_in=obj.get("rin"),
             requested_out=obj.get("rout"),
             turn=obj.get("turn"),
+            trace_id=obj.get("tid"),
         )
     if kind == "s":
         return WorkerStatus(

@@ -51,6 +51,9 @@ class WorkerConfig(BaseModel):
     trace_file: str | None = None
     trace_time_unit_s: float = 1.0
     trace_block_tokens: int = 512
+    # Send each request in a trace of its own (a W3C traceparent header) for the engine's
+    # spans to be joined with it (loadgen.otlp).
+    trace_context: bool = False
 
 
 class SweepConfig(BaseModel):
@@ -89,6 +92,10 @@ class SweepConfig(BaseModel):
     # A step whose served mean prompt or completion length is off the requested by more.
     token_tolerance: float = 0.05
     dataset_prompts: int | None = None  # prompts a --dataset gave (a step past them cycles)
+    # Where the sweep listens for the engine's trace spans (host:port; None: it does not),
+    # and how long after a step it waits for them (an engine exports in batches).
+    otlp_listen: str | None = None
+    otlp_wait_s: float = 10.0
 
 
 class GpuActivity(BaseModel):

@@ -19,9 +19,11 @@ from pathlib import Path
 from loadgen import analysis
 from loadgen.driver import LocustDriver, records_between
 from loadgen.engine_view import EngineView, engine_view
+from loadgen.otlp import PROTOCOL_HINT, TraceReceiver, median_request_parts
 from loadgen.outputs import jsonl
 from loadgen.plan import AdaptivePlan, FixedPlan
 from loadgen.progress import Progress
+from loadgen.records import RequestRecord
 from loadgen.schema import EnvironmentInfo, GpuActivity, StepResult, SweepConfig, SweepResult
 from loadgen.stall import StallProbe
 from loadgen.stats import client_cpu, client_stats, rate_rse
@@ -118,6 +120,8 @@ class Sweep:
         )
         self._cycled_said = False
         self._speed_of = {mean_rate(self.trace) * x: x for x in (config.speeds or [1.0])}
+        self.traces: TraceReceiver | None = None
+        self._spans_said = False
 
     # -- plan --------------------------------------------------------------------------------
     def _plan(self) -> FixedPlan | AdaptivePlan:
@@ -263,6 +267,7 @@ class Sweep:
             # finishing (an overloaded server, a step measured again after a freeze).
             records = [r for r in records if r.step == index]
         cs = client_stats(records, start, end)
+        median_request = self._median_request(index, records, start, end)
         cpu = client_cpu(d.statuses, start, end)
         ev = engine_view(window) if window is not None else None
         dev, ok = analysis.littles_law(
@@ -383,10 +388,48 @@ class Sweep:
             verdict_summary=e.verdict_summary,
             verdicts=e.verdicts,
             headroom=e.headroom,
-            ttft_parts=_with_outside(
-                e.ttft_parts, cs.ttft_mean_s, cs.ttft["p50"], client_late=bool(reasons)
+            ttft_parts=_with_median_request(
+                _with_outside(
+                    e.ttft_parts, cs.ttft_mean_s, cs.ttft["p50"], client_late=bool(reasons)
+                ),
+                median_request,
             ),
         )
+
+    def _median_request(
+        self, index: int, records: list[RequestRecord], start: float, end: float
+    ) -> dict | None:
+        """The TTFT parts of the step's median request, from the engine's spans of them."""
+        rx = self.traces
+        if rx is None:
+            return None
+        # The requests the step's TTFT percentiles are of: those that ended in the hold.
+        ok = [
+            r
+            for r in records
+            if r.ok and r.ttft is not None and r.trace_id and start <= (r.end or 0.0) <= end
+        ]
+        if not ok:
+            return None
+        # Once the engine has been found sending nothing, no step waits for it again.
+        wait = 0.0 if self._spans_said and rx.requests_kept == 0 else self.cfg.otlp_wait_s
+        got = rx.wait_for((r.trace_id for r in ok), wait)  # type: ignore[misc]
+        if not got and not self._spans_said:
+            self._spans_said = True
+            why = (
+                f"it sent {rx.bodies_refused} the receiver refused: {rx.last_refusal}"
+                if rx.bodies_refused
+                else f"none came in {wait:g} s"
+            )
+            self.progress.message(
+                f"note: step {index}: no request spans from the engine ({why}); start vLLM "
+                f"with --otlp-traces-endpoint {rx.endpoint} and {PROTOCOL_HINT}"
+            )
+        joined = [(r.ttft, got[r.trace_id]) for r in ok if r.trace_id in got]
+        parts = median_request_parts(joined)  # type: ignore[arg-type]
+        if parts is not None:
+            parts["of"] = len(ok)
+        return parts
 
     # -- the whole sweep -------------------------------------------------------------------
     def run(self) -> SweepResult:
@@ -401,8 +444,15 @@ class Sweep:
         elif steps_file.exists() and steps_file.stat().st_size > 0:
             raise HeadroomError(f"{steps_file} already holds steps: use --resume, or another --out")
         plan = self._plan()
+        if c.otlp_listen:
+            host, _, port = c.otlp_listen.rpartition(":")
+            self.traces = TraceReceiver(host or "127.0.0.1", int(port))
+            self.progress.message(
+                f"listening for the engine's request spans at {self.traces.endpoint}"
+            )
+        worker_cfg = c.worker.model_copy(update={"trace_context": self.traces is not None})
         self.driver = LocustDriver(
-            c.worker, c.mode, self.out, c.workers, c.external_workers,
+            worker_cfg, c.mode, self.out, c.workers, c.external_workers,
             master_bind=c.master_bind, master_port=c.master_port, python=self.python,
         )  # fmt: skip
         self.driver.target = (None, None)
@@ -459,6 +509,8 @@ class Sweep:
                 self.driver.stop()
             if self.sampler is not None:
                 self.sampler.close()
+            if self.traces is not None:
+                self.traces.close()
         env.ended = time.time()
         result = self.result(env, stopped)
         from loadgen.outputs import write_all
@@ -544,3 +596,12 @@ def _with_outside(
             note = f"{100 * share:.0f}% of TTFT is outside the engine ({outside:.3f} s): {where}"
     out["outside_note"] = note
     return out
+
+
+def _with_median_request(parts: dict | None, median_request: dict | None) -> dict | None:
+    """The step's parts with the median request's own (``median_request``: queue, prefill,
+    other engine time and outside, averaged over the requests at the client's median TTFT,
+    from the engine's spans of each); these add up to the median, as means cannot at a knee."""
+    if median_request is None:
+        return parts
+    return {**(parts or {}), "median_request": median_request}

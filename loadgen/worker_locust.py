@@ -196,6 +196,11 @@ def stream_one(
     STATE.in_flight[rid] = start_wall
     p = prompt if prompt is not None else STATE.prompts.next()
     data = _body(p, cfg)
+    headers, trace_id = STATE.headers, None
+    if cfg.trace_context:
+        trace_id = f"{random.getrandbits(128) | 1:032x}"
+        span_id = f"{random.getrandbits(64) | 1:016x}"
+        headers = {**headers, "traceparent": f"00-{trace_id}-{span_id}-01"}
     parser = SseParser(keep_text=turn is not None)
     raw = None
     error: str | None = None
@@ -216,13 +221,13 @@ def stream_one(
         # The session's request() would fire a Locust event timed to the headers;
         # we fire our own once the stream ends.
         resp = user.client._send_request_safe_mode("POST", user.host + STATE.path,
-                                                    payload=data, headers=STATE.headers)  # fmt: skip
+                                                    payload=data, headers=headers)  # fmt: skip
         if isinstance(getattr(resp, "error", None), HTTPConnectionClosed):
             # A pooled connection the server closed before answering: llama.cpp's server
             # (cpp-httplib) ends each keep-alive connection after a few requests. Nothing
             # was answered, so this is no failure of the server: send once more, afresh.
             resp = user.client._send_request_safe_mode("POST", user.host + STATE.path,
-                                                        payload=data, headers=STATE.headers)  # fmt: skip
+                                                        payload=data, headers=headers)  # fmt: skip
         if getattr(resp, "error", None) is not None or resp.status_code >= 400:
             error = _error_text(resp)
         else:
@@ -296,7 +301,7 @@ def stream_one(
     rec = RequestRecord(STATE.worker_id, step, start_wall, e2e, ttft, tuple(st.gaps),
                         st.prompt_tokens, out, error, lag, st.response_id,
                         None if ttft is None else first_kernel, p.input_tokens,
-                        p.max_tokens, turn)  # fmt: skip
+                        p.max_tokens, turn, trace_id)  # fmt: skip
     _emit(rec)
     user.environment.events.request.fire(
         request_type="POST",

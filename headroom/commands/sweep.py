@@ -149,6 +149,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--nvml", action="store_true", help="also read this host's GPUs through NVML")
     p.add_argument(
+        "--otlp-listen",
+        metavar="[HOST:]PORT",
+        help="receive the engine's request spans (OTLP/HTTP protobuf) here, to split the median "
+        "request's TTFT into queue, prefill and outside (vLLM: --otlp-traces-endpoint "
+        "http://HOST:PORT/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf); "
+        "HOST defaults to 127.0.0.1",
+    )
+    p.add_argument(
+        "--otlp-wait",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="how long after a step to wait for its spans (default 10: vLLM exports every 5 s)",
+    )
+    p.add_argument(
         "--sample-interval", type=float, default=1.0, help="monitor tick, seconds (default 1)"
     )
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_PCT=SECONDS",
@@ -180,6 +195,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _traffic_checks(args: argparse.Namespace) -> None:
     """Flag combinations that cannot work, before anything else."""
+    _otlp_listen(args.otlp_listen)
+    if args.otlp_wait < 0:
+        raise ConfigError("--otlp-wait cannot be negative")
     if args.turns < 1 or args.think_time < 0:
         raise ConfigError("--turns must be at least 1 and --think-time not negative")
     if args.shared_prefix_tokens < 0 or args.prefix_groups < 1:
@@ -289,7 +307,20 @@ def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=
         max_lag_s=args.max_lag,
         speeds=speeds,
         dataset_prompts=traffic.dataset_prompts if traffic is not None else None,
+        otlp_listen=_otlp_listen(args.otlp_listen),
+        otlp_wait_s=args.otlp_wait,
     )
+
+
+def _otlp_listen(value: str | None) -> str | None:
+    """``[HOST:]PORT`` as ``host:port``, or one line saying what is wrong with it."""
+    if value is None:
+        return None
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--otlp-listen {value}: want [HOST:]PORT, e.g. 127.0.0.1:4318")
+    return f"{host}:{int(port)}"
 
 
 def check_out_dir(out: Path) -> None:

@@ -128,10 +128,17 @@ def test_time_to_first_token_outside_the_engine_is_named(fake_server, tmp_path, 
     # token in 0.02 s. The client's TTFT is mostly outside the engine, and the step says where.
     url = fake_server("--ttft", "0.02", "--itl", "0.005", "--gateway-delay", "0.3")
     out = tmp_path / "gw"
-    rc = main(["sweep", "--target", url, "--concurrency", "2", *QUICK[:-1], "--out", str(out)])
-    assert rc == 0, capsys.readouterr().err
+    # Listening for request spans the fake never sends: the sweep says how to send them, once.
+    rc = main(["sweep", "--target", url, "--concurrency", "2,2", *QUICK[:-1], "--out", str(out),
+               "--otlp-listen", "0", "--otlp-wait", "0.5"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert err.count("no request spans from the engine (none came in 0.5 s)") == 1, err
+    assert "--otlp-traces-endpoint http://127.0.0.1:" in err
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf" in err
     (step,) = _effective(_steps(out))
     parts = step["ttft_parts"]
+    assert "median_request" not in parts
     assert parts["engine_ttft_s"] < 0.1
     assert parts["outside_s"] == pytest.approx(0.3, abs=0.1)
     # At the median too (the fake's TTFT buckets are coarser than vLLM's: 20-50 ms here).
@@ -141,7 +148,15 @@ def test_time_to_first_token_outside_the_engine_is_named(fake_server, tmp_path, 
         parts["client_ttft_p50_s"], rel=0.1
     )
     assert "outside the engine" in parts["outside_note"] and "gateway" in parts["outside_note"]
-    assert "outside the engine" in capsys.readouterr().err
+    assert "outside the engine" in err
+
+
+@pytest.mark.parametrize("value", ["nope", "127.0.0.1:99999", "host:"])
+def test_a_bad_otlp_listen_is_one_line(tmp_path, capsys, value) -> None:
+    rc = main(["sweep", "--target", "http://127.0.0.1:9", "--concurrency", "1", *QUICK,
+               "--otlp-listen", value, "--out", str(tmp_path / "o")])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1 and f"--otlp-listen {value}" in err, err
 
 
 def _closed_port() -> int:

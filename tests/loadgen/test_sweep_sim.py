@@ -8,6 +8,7 @@ so the whole module takes a few minutes on two cores.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +26,10 @@ SHORT = ["--step-seconds", "4", "--warmup-seconds", "1.5", "--sample-interval", 
 def sim() -> Iterator:
     handles = []
 
-    def start(scenario: str, config: Path | None = None):
-        h = simulator.start_sim(scenario=scenario, port=0, load=False, config=config)
+    def start(scenario: str, config: Path | None = None, otlp: str | None = None):
+        h = simulator.start_sim(
+            scenario=scenario, port=0, load=False, config=config, otlp_traces_endpoint=otlp
+        )
         handles.append(h)
         return h
 
@@ -49,8 +52,16 @@ def _by_load(result: dict) -> dict[int, dict]:
     }  # fmt: skip
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_seq_cap_saturates_at_max_num_seqs(sim, tmp_path) -> None:
-    h = sim("seq-cap")  # max_num_seqs 8
+    # The box sends each request's span to the sweep (--otlp-listen), as vLLM can.
+    port = _free_port()
+    h = sim("seq-cap", otlp=f"http://127.0.0.1:{port}/v1/traces")  # max_num_seqs 8
     r = sweep(
         h,
         tmp_path / "s",
@@ -60,6 +71,8 @@ def test_seq_cap_saturates_at_max_num_seqs(sim, tmp_path) -> None:
         "128",
         "--output-tokens",
         "32",
+        "--otlp-listen",
+        str(port),
     )
     sat = r["saturation"]
     assert sat["reached"] and sat["concurrency"] == 8
@@ -69,6 +82,16 @@ def test_seq_cap_saturates_at_max_num_seqs(sim, tmp_path) -> None:
     assert steps[16]["waiting_mean"] > 4 and steps[16]["running_max"] == 8
     assert steps[16]["output_tokens_per_s"] < 1.15 * steps[8]["output_tokens_per_s"]
     assert steps[4]["littles_law_ok"] is True
+    # Each step's median request taken apart by its own span adds up to the client's median
+    # TTFT; past the cap the median request spent most of it queueing.
+    for c, s in steps.items():
+        mr = s["ttft_parts"]["median_request"]
+        assert mr["joined"] == mr["of"] == s["requests_completed"] > 0, (c, mr)
+        total = mr["queue_s"] + mr["engine_other_s"] + mr["prefill_s"] + mr["outside_s"]
+        assert total == pytest.approx(s["ttft_p50_s"], rel=0.1), (c, mr, s["ttft_p50_s"])
+    assert steps[16]["ttft_parts"]["median_request"]["queue_s"] > 0.5 * steps[16]["ttft_p50_s"]
+    # Below it, a request waits only for the engine's next step.
+    assert steps[2]["ttft_parts"]["median_request"]["queue_s"] < 0.25 * steps[2]["ttft_p50_s"]
 
 
 def test_kv_cap_saturates_where_the_cache_fills(sim, tmp_path) -> None:

@@ -42,10 +42,16 @@ def vllm_install(pytestconfig: pytest.Config) -> tuple[Path, Path]:
 STARTUP_TIMEOUT_S = 420.0
 
 
-def _start(install: tuple[Path, Path], extra_args: list[str]) -> Any:
+def _start(
+    install: tuple[Path, Path], extra_args: list[str], env: dict[str, str] | None = None
+) -> Any:
     python, model = install
     server = serve.VllmServer(
-        extra_args=extra_args, python=python, model_dir=model, startup_timeout=STARTUP_TIMEOUT_S
+        extra_args=extra_args,
+        python=python,
+        model_dir=model,
+        startup_timeout=STARTUP_TIMEOUT_S,
+        env=env,
     )
     server.start()  # a server that will not start is a failure, never a skip
     return server
@@ -53,7 +59,17 @@ def _start(install: tuple[Path, Path], extra_args: list[str]) -> Any:
 
 @pytest.fixture(scope="session")
 def _seq_cap_server(vllm_install: tuple[Path, Path]) -> Iterator[Any]:
-    server = _start(vllm_install, ["--max-num-seqs", str(SEQ_CAP)])
+    # It sends each request's span to a port a sweep may listen on (--otlp-listen): nothing
+    # listens most of the time, and vLLM's exporter drops what it cannot send.
+    otlp_port = serve.free_port()
+    server = _start(
+        vllm_install,
+        ["--max-num-seqs", str(SEQ_CAP),
+         "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"],
+        env={"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+             "OTEL_BSP_SCHEDULE_DELAY": "200"},
+    )  # fmt: skip
+    server.otlp_port = otlp_port
     try:
         yield server
     finally:

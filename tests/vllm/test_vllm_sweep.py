@@ -12,12 +12,14 @@ from vllm_support import SEQ_CAP, headroom
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 
-def _sweep(url: str, out: Path) -> dict[str, Any]:
-    # 4 steps of 1 s warm-up + 5 s hold: about half a minute of load.
+def _sweep(url: str, out: Path, otlp_port: int) -> dict[str, Any]:
+    # 4 steps of 1 s warm-up + 5 s hold: about half a minute of load. The server sends its
+    # request spans to the port the sweep listens on.
     proc = headroom(
         "sweep", "--target", url, "--concurrency", "1,2,4,8",
         "--step-seconds", "5", "--warmup-seconds", "1",
         "--input-tokens", "32", "--output-tokens", "200", "--quiet", "--out", str(out),
+        "--otlp-listen", f"127.0.0.1:{otlp_port}",
         timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -43,7 +45,7 @@ def test_short_sweep_saturates_at_the_seq_cap(seq_cap_server: Any, tmp_path: Pat
     # A 2-core box shared with other work can lose whole seconds, or half its CPU for a while;
     # measure again (at most twice) rather than judge a saturation point from a disturbed run.
     for attempt in range(1, 4):
-        result = _sweep(seq_cap_server.url, tmp_path / f"sweep{attempt}")
+        result = _sweep(seq_cap_server.url, tmp_path / f"sweep{attempt}", seq_cap_server.otlp_port)
         spread = _disturbance(result)
         if spread <= 0.4:
             break
@@ -64,6 +66,17 @@ def test_short_sweep_saturates_at_the_seq_cap(seq_cap_server: Any, tmp_path: Pat
     assert sat["concurrency"] == SEQ_CAP, sat
     assert sat["cause"] == "seq-cap", sat
     assert sat["inferred_cap"] == SEQ_CAP, sat
+
+    # Each step's median request, taken apart by vLLM's own span of it, adds up to the
+    # client's median TTFT; past the cap it waited in the queue, below it hardly at all.
+    for c, s in steps.items():
+        mr = s["ttft_parts"]["median_request"]
+        assert mr["joined"] == mr["of"] == s["requests_completed"], (c, mr)
+        total = mr["queue_s"] + mr["engine_other_s"] + mr["prefill_s"] + mr["outside_s"]
+        assert total == pytest.approx(s["ttft_p50_s"], rel=0.1), (c, mr, s["ttft_p50_s"])
+    past = steps[8]["ttft_parts"]["median_request"]
+    assert past["queue_s"] > 0.5 * steps[8]["ttft_p50_s"], past
+    assert steps[1]["ttft_parts"]["median_request"]["queue_s"] < 0.2 * steps[1]["ttft_p50_s"]
 
 
 def test_exact_lengths_and_prefix_cache_hits_on_real_vllm(
