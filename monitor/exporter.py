@@ -304,7 +304,7 @@ class EngineCollector(_ViewCollector):
             families[name] = GaugeMetricFamily(name, doc, labels=(*ENGINE_LABELS, "origin"))
         first = GaugeMetricFamily(
             "headroom_engine_first_limit",
-            "1 for the limit the load meets first as it grows (seq-cap, kv-cap, compute, cpu, token-cap).",
+            "1 for the limit the load meets first as it grows (seq-cap, kv-cap, compute, bandwidth, cpu, token-cap).",
             labels=(*ENGINE_LABELS, "limit"),
         )
         info = GaugeMetricFamily(

@@ -422,7 +422,8 @@ def ttft_dominant(parts: dict[str, Any] | None, share: float = 0.5) -> tuple[str
 HEADROOM_ASSUMES = (
     "the same request mix (prompt and output lengths); KV use, engine CPU and tokens per step "
     "grow in proportion to the sequences running; an engine step lengthens with the tensor "
-    "work it carries (its other time is per step), so each request's time grows with the load"
+    "work and KV cache reads it carries (its other time is per step), so each request's time "
+    "grows with the load"
 )
 
 
@@ -435,6 +436,40 @@ def compute_share(tensor: float | None, th: Thresholds) -> float | None:
     if tensor is None or tensor <= 0.02:
         return None
     return min(tensor / th.headroom_tensor_max, 0.99)
+
+
+def dram_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
+    return _mean([g.dram_active for g in gpus])
+
+
+def kv_read_share(e: EngineWindow, caps: Caps) -> float | None:
+    """The share of the bytes an engine step reads that grows with the sequences running
+    (their KV cache); the rest is the weights, streamed once a step however many ride on it.
+
+    From vLLM's own estimates of FLOPs and bytes (its MFU counters): ~2 FLOPs per parameter
+    per token, so the weights a step reads are FLOPs per token / 2 parameters of 2 bytes
+    (1 for fp8). Attention's FLOPs, which grow with the context, make that a little high
+    (4k-token contexts on an 8B model: 13%), the KV share a little low."""
+    flops, reads, steps = e.flops_per_s, e.read_bytes_per_s, steps_per_s(e)
+    tokens = (e.prompt_tokens_per_s or 0.0) + (e.generation_tokens_per_s or 0.0)
+    if not flops or not reads or not steps or tokens <= 0:
+        return None
+    weight_bytes = flops / tokens / 2.0 * (1.0 if caps.precision == "fp8" else 2.0)
+    return min(1.0, max(0.0, 1.0 - weight_bytes * steps / reads))
+
+
+def bandwidth_share(
+    gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds
+) -> float | None:
+    """The share of the engine's time spent reading KV cache: work that grows with the batch.
+
+    DRAM activity against what it reads when memory traffic alone fills the GPU, times the
+    share of the bytes that are KV cache rather than weights."""
+    dram, kv = dram_active_mean(gpus), kv_read_share(e, caps)
+    if dram is None or kv is None or dram <= 0.02:
+        return None
+    share = min(dram / th.headroom_dram_max, 1.0) * kv
+    return share if share > 0.002 else None
 
 
 def compute_limit(share: float, th: Thresholds) -> float:
@@ -462,12 +497,14 @@ def headroom_estimate(
     budget: TokenBudget,
     lit: Littles,
     th: Thresholds,
+    caps: Caps,
 ) -> dict[str, Any] | None:
     """By how much the load can grow before the first limit, from one window.
 
     Each limit is the factor by which running sequences can grow before it binds: the
-    sequence cap (cap / running), the KV cache (kv_full / KV used), compute (where a doubling
-    would gain under headroom_knee_gain, from the tensor cores' share of the step), the engine
+    sequence cap (cap / running), the KV cache (kv_full / KV used), compute or bandwidth (where
+    a doubling would gain under headroom_knee_gain, from the share of the step that grows with
+    the batch: the tensor cores' and the KV cache reads'), the engine
     thread (a full core / its share) and the token budget (budget / tokens per step,
     prefill-heavy only). The smallest is the first; the concurrency there is the running
     sequences times it, and the request rate by Little's law with each request's time grown
@@ -482,9 +519,20 @@ def headroom_estimate(
     kv = e.kv_cache_usage_mean
     if kv is not None and kv > 0.01:
         limits["kv-cap"] = th.kv_full / kv
-    share = compute_share(tensor_active_mean(gpus), th)
+    # Tensor work and KV reads both grow with the sequences (in different kernels: the
+    # GEMMs, the attention), so the knee is where their sum makes a doubling gain too little;
+    # it is named after the larger.
+    active = tensor_active_mean(gpus)
+    memory = bandwidth_share(gpus, e, caps, th)
+    tensor = compute_share(active, th)
+    if memory is not None and tensor is None and active:
+        # Beside the KV reads even a little tensor work counts (a fifth of the per-sequence
+        # time at one stream of a memory-bound decode); alone it is too little to judge by.
+        tensor = min(active / th.headroom_tensor_max, 0.99)
+    share = None if tensor is None and memory is None else min((tensor or 0) + (memory or 0), 0.99)
     if share is not None:
-        limits["compute"] = compute_limit(share, th)
+        gpu_limit = "bandwidth" if (memory or 0) > (tensor or 0) else "compute"
+        limits[gpu_limit] = compute_limit(share, th)
     thread = engine_thread_ratio(host)
     busy = busy_fraction(gpus)
     if (
@@ -550,7 +598,7 @@ def engine_analysis(
         gap_ms = 1000.0 * (1.0 - min(busy, 1.0)) / steps
     roof = roofline(e, gpus, caps)
     return {
-        "headroom": headroom_estimate(e, gpus, host, cap, budget, lit, th),
+        "headroom": headroom_estimate(e, gpus, host, cap, budget, lit, th, caps),
         "ttft_parts": ttft_parts(e),
         "littles_in_flight": _r(lit.in_flight),
         "littles_throughput_rps": _r(lit.throughput_rps),

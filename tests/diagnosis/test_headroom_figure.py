@@ -7,6 +7,8 @@ assumes, so estimates taken at different loads of the one box must name the same
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from diag_windows import gpu, make_window
 
@@ -100,3 +102,72 @@ def test_without_gpu_readings_each_request_keeps_its_time() -> None:
     r = room(w)
     assert (r["limit"], r["concurrency_at_limit"], r["rate_at_limit_rps"]) == ("seq-cap", 8.0, 4.0)
     assert r["latency_growth"] == 1.0
+
+
+# A decode-heavy box bound by memory: each step streams the weights once (8B parameters of
+# 2 bytes) and every running sequence's KV cache (3,000 tokens of 128 KiB), at 4 TB/s; the
+# tensor work per token is small beside it. vLLM's MFU counters say FLOPs and bytes.
+PARAMS = 8e9
+WEIGHT_BYTES = 2 * PARAMS
+KV_PER_SEQ = 3000 * 131072
+BANDWIDTH = 4.0e12
+FLOPS_PEAK = 700e12
+STEP_FIXED_S = 0.001
+DRAM_FULL = 0.85  # headroom_dram_max: what DRAM activity reads when memory alone fills a step
+
+
+def mem_step(n: float, weights: float = WEIGHT_BYTES) -> float:
+    return STEP_FIXED_S + (weights + n * KV_PER_SEQ) / BANDWIDTH + 2 * PARAMS * n / FLOPS_PEAK
+
+
+def mem_throughput(n: float, weights: float = WEIGHT_BYTES) -> float:
+    return n / mem_step(n, weights)
+
+
+def mem_window(running: float, weights: float = WEIGHT_BYTES) -> WindowStats:
+    step = mem_step(running, weights)
+    steps = 1.0 / step
+    dram = DRAM_FULL * (weights + running * KV_PER_SEQ) / BANDWIDTH / step
+    tensor = TENSOR_FULL * 2 * PARAMS * running / FLOPS_PEAK / step
+    latency = 200 * step  # 200 tokens a request
+    engine = dict(
+        running=running, waiting=0.0, rps=running / latency, e2e_s=latency, queue_s=0.0,
+        steps_per_s=steps, tokens_per_step=running, gen_tps=running * steps,
+        flops_per_s=2 * PARAMS * running * steps,
+        bytes_per_s=(weights + running * KV_PER_SEQ) * steps,
+    )  # fmt: skip
+    return make_window(10, gpus=[gpu(1.0, 0.9, tensor, dram)], engine=engine)
+
+
+@pytest.mark.parametrize("running", [1.0, 4.0, 16.0])
+def test_bandwidth_limit_is_where_the_kv_reads_make_a_doubling_gain_under_ten_percent(
+    running: float,
+) -> None:
+    r = room(mem_window(running))
+    assert r["limit"] == "bandwidth"
+    n = r["concurrency_at_limit"]
+    # The box's own knee: a doubling from the estimate gains about 10%, from half of it more.
+    assert mem_throughput(2 * n) / mem_throughput(n) == pytest.approx(1.1, abs=0.01)
+    assert mem_throughput(n) / mem_throughput(n / 2) > 1.1
+    assert r["rate_at_limit_rps"] == pytest.approx(mem_throughput(n) / 200, rel=0.05)
+
+
+def test_fp8_weights_are_half_the_bytes_a_step_streams() -> None:
+    # The same FLOPs per token read half the weight bytes: more of each step is KV reads.
+    w = mem_window(4.0, weights=PARAMS)
+    bf16 = room(w)
+    fp8 = room(w, Caps(precision="fp8"))
+    assert fp8["limit"] == "bandwidth"
+    n = fp8["concurrency_at_limit"]
+    assert mem_throughput(2 * n, PARAMS) / mem_throughput(n, PARAMS) == pytest.approx(1.1, abs=0.01)
+    # Taken for 2-byte weights, the KV share reads too small: the limit too far off.
+    assert bf16["concurrency_at_limit"] > 1.3 * n
+
+
+def test_without_the_engine_s_byte_counters_bandwidth_is_no_limit() -> None:
+    w = mem_window(16.0)
+    e = w.engines[0]
+    bare = dataclasses.replace(w, engines=(dataclasses.replace(e, read_bytes_per_s=None),))
+    r = room(bare)
+    assert "bandwidth" not in r["limits"]
+    assert r["limits"]["compute"] > room(w)["limits"]["bandwidth"]
