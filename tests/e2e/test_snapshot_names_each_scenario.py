@@ -2,7 +2,7 @@
 
 This runs what a user runs: the simulator in its own process, and the CLI reading
 it through the real vLLM and dcgm-exporter sources and the host source (found from
-the simulator's port), with a 10 s window.
+the simulator's port), with a 5 s window.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def snapshot(url: str, gpu_url: str) -> dict:
     proc = subprocess.run(
         [
             sys.executable, "-m", "headroom", "snapshot", "--vllm", url,
-            "--dcgm-exporter", gpu_url, "--no-nvml", "--window", "10", "--json",
+            "--dcgm-exporter", gpu_url, "--no-nvml", "--window", "5", "--interval", "0.5", "--json",
         ],
         capture_output=True,
         text=True,

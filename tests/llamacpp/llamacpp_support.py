@@ -74,7 +74,7 @@ def gauges(url: str) -> dict[str, float]:
     return out
 
 
-def _stream(url: str, max_tokens: int) -> None:
+def _stream(url: str, max_tokens: int, stop: threading.Event) -> None:
     body = json.dumps(
         {"prompt": "the and of", "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
     ).encode()
@@ -82,7 +82,9 @@ def _stream(url: str, max_tokens: int) -> None:
         url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=120) as resp:
-        while resp.read(4096):
+        # Stopped: hang up. llama-server cancels a stream whose client has gone, so the load
+        # ends now rather than after every queued request's 1,500 tokens (two minutes here).
+        while resp.read(4096) and not stop.is_set():
             pass
 
 
@@ -95,7 +97,7 @@ def steady_load(url: str, streams: int, max_tokens: int = 1500) -> Iterator[None
     def client() -> None:
         while not stop.is_set():
             try:
-                _stream(url, max_tokens)
+                _stream(url, max_tokens, stop)
             except BaseException as exc:  # noqa: BLE001 - reported to the test below
                 errors.append(exc)
                 return

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -98,22 +99,47 @@ def test_the_profile_of_a_python_process_is_taken(python_burner: subprocess.Pope
     assert prof["functions"][0]["file"] == "<string>"
 
 
-def test_a_process_that_exits_during_the_profile_still_gives_one_with_a_note() -> None:
+def test_a_process_that_exits_during_the_profile_still_gives_one_with_a_note(
+    tmp_path: Path,
+) -> None:
+    # The burner ends when told, once py-spy is recording it: a fixed lifetime raced the
+    # snapshot's own start on a loaded machine (it was gone before the profile began).
+    done = tmp_path / "done"
     p = subprocess.Popen(
-        [sys.executable, "-c", "import time\nend = time.time() + 2.5\nwhile time.time() < end:\n"
-         "    sum(range(10000))\n"]
+        [sys.executable, "-c", "import os, sys, time\nend = time.time() + 120\n"
+         "while time.time() < end and not os.path.exists(sys.argv[1]):\n"
+         "    sum(range(10000))\n", str(done)]
     )  # fmt: skip
     try:
-        time.sleep(0.8)
-        proc = subprocess.run(
+        snap = subprocess.Popen(
             [sys.executable, "-m", "headroom", "snapshot", "--no-nvml", "--profile", "--pid",
              str(p.pid), "--window", "4", "--json"],
-            capture_output=True, text=True, timeout=120,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and snap.poll() is None:
+            spies = [
+                c for c in psutil.Process(snap.pid).children(recursive=True)
+                if "py-spy" in " ".join(_cmdline(c)) and str(p.pid) in _cmdline(c)
+            ]  # fmt: skip
+            if spies:
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # some samples first
+        done.touch()
+        stdout, stderr = snap.communicate(timeout=120)
     finally:
         p.kill()
         p.wait()
+    proc = subprocess.CompletedProcess(snap.args, snap.returncode, stdout, stderr)
     assert "Traceback" not in proc.stderr
     prof = json.loads(proc.stdout)["cpu_profile"]
     assert prof["samples"] > 0
     assert any("exited during the profile" in n for n in prof["notes"]), prof["notes"]
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []

@@ -21,7 +21,7 @@ def snapshot(url: str, *extra: str, json_out: bool = True) -> subprocess.Complet
     return subprocess.run(
         [
             sys.executable, "-m", "headroom", "snapshot", "--vllm", url, "--no-nvml",
-            "--no-host", "--window", "3", "--interval", "0.25", *extra,
+            "--no-host", "--window", "1", "--interval", "0.25", *extra,
             *(["--json"] if json_out else []),
         ],
         capture_output=True,

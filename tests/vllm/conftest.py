@@ -10,6 +10,7 @@ under CI (CI=true) they fail instead, unless HEADROOM_ALLOW_VLLM_SKIP=1.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,18 +59,31 @@ def _start(
 
 
 @pytest.fixture(scope="session")
-def _seq_cap_server(vllm_install: tuple[Path, Path]) -> Iterator[Any]:
-    # It sends each request's span to a port a sweep may listen on (--otlp-listen): nothing
-    # listens most of the time, and vLLM's exporter drops what it cannot send.
+def _seq_cap_server(
+    vllm_install: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    # One server for every test it can serve (a start costs 40-60 s): it sends each
+    # request's span to a port a sweep may listen on (--otlp-listen; nothing listens most
+    # of the time, and vLLM's exporter drops what it cannot send), and has vLLM's torch
+    # profiler ready (idle until `headroom profile` starts it).
     otlp_port = serve.free_port()
+    traces = tmp_path_factory.mktemp("torch-traces")
+    profiler = {
+        "profiler": "torch",
+        "torch_profiler_dir": str(traces),
+        "torch_profiler_with_stack": False,
+        "torch_profiler_dump_cuda_time_total": False,
+    }
     server = _start(
         vllm_install,
         ["--max-num-seqs", str(SEQ_CAP),
-         "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"],
+         "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces",
+         "--profiler-config", json.dumps(profiler)],
         env={"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
              "OTEL_BSP_SCHEDULE_DELAY": "200"},
     )  # fmt: skip
     server.otlp_port = otlp_port
+    server.profiler_traces = traces
     try:
         yield server
     finally:

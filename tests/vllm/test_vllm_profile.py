@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from vllm_load import Load
-from vllm_support import SEQ_CAP, headroom, serve, snapshot
+from vllm_support import SEQ_CAP, headroom, snapshot
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -37,28 +37,11 @@ def test_the_engine_core_threads_top_functions_live_in_vllm(seq_cap_server: Any)
     assert share_in_vllm > 0, top_self
 
 
-@pytest.fixture(scope="module")
-def profiler_server(vllm_install: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):
-    """A server started with vLLM's torch profiler on, writing into a fresh directory."""
-    traces = tmp_path_factory.mktemp("traces")
-    config = {
-        "profiler": "torch",
-        "torch_profiler_dir": str(traces),
-        "torch_profiler_with_stack": False,
-        "torch_profiler_dump_cuda_time_total": False,
-    }
-    python, model = vllm_install
-    server = serve.VllmServer(
-        extra_args=["--max-num-seqs", str(SEQ_CAP), "--profiler-config", json.dumps(config)],
-        python=python,
-        model_dir=model,
-        startup_timeout=420,
-    )
-    server.start()
-    try:
-        yield server, traces
-    finally:
-        server.stop()
+@pytest.fixture
+def profiler_server(seq_cap_server: Any) -> tuple[Any, Path]:
+    """The shared server, started with vLLM's torch profiler on (conftest), and its trace
+    directory."""
+    return seq_cap_server, seq_cap_server.profiler_traces
 
 
 def test_headroom_profile_drives_vllms_torch_profiler(profiler_server: Any) -> None:
