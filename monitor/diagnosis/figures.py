@@ -466,10 +466,10 @@ def bandwidth_share(
     DRAM activity against what it reads when memory traffic alone fills the GPU, times the
     share of the bytes that are KV cache rather than weights."""
     dram, kv = dram_active_mean(gpus), kv_read_share(e, caps)
-    if dram is None or kv is None or dram <= 0.02:
+    # Below a tenth of the bytes the KV share is within the weights' estimate's error.
+    if dram is None or kv is None or dram <= 0.02 or kv < th.headroom_kv_share_min:
         return None
-    share = min(dram / th.headroom_dram_max, 1.0) * kv
-    return share if share > 0.002 else None
+    return min(dram / th.headroom_dram_max, 1.0) * kv
 
 
 def compute_limit(share: float, th: Thresholds) -> float:
@@ -519,17 +519,11 @@ def headroom_estimate(
     kv = e.kv_cache_usage_mean
     if kv is not None and kv > 0.01:
         limits["kv-cap"] = th.kv_full / kv
-    # Tensor work and KV reads both grow with the sequences (in different kernels: the
-    # GEMMs, the attention), so the knee is where their sum makes a doubling gain too little;
-    # it is named after the larger.
-    active = tensor_active_mean(gpus)
+    # Tensor work and KV reads both grow with the sequences; the larger sets the knee (the
+    # tensor pipes run while a memory-bound step streams, so the two overlap in time).
+    tensor = compute_share(tensor_active_mean(gpus), th)
     memory = bandwidth_share(gpus, e, caps, th)
-    tensor = compute_share(active, th)
-    if memory is not None and tensor is None and active:
-        # Beside the KV reads even a little tensor work counts (a fifth of the per-sequence
-        # time at one stream of a memory-bound decode); alone it is too little to judge by.
-        tensor = min(active / th.headroom_tensor_max, 0.99)
-    share = None if tensor is None and memory is None else min((tensor or 0) + (memory or 0), 0.99)
+    share = None if tensor is None and memory is None else min(max(tensor or 0, memory or 0), 0.99)
     if share is not None:
         gpu_limit = "bandwidth" if (memory or 0) > (tensor or 0) else "compute"
         limits[gpu_limit] = compute_limit(share, th)

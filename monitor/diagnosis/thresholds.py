@@ -58,8 +58,12 @@ class Thresholds:
     # The headroom figure: the tensor-pipe activity taken as compute's ceiling (a bf16
     # matmul loop on the H200 read 0.93-0.94: nothing real reaches 1.0).
     headroom_tensor_max: float = 0.9
-    # ... and the DRAM activity taken as memory bandwidth's (a copy loop on the H200 read 0.89).
-    headroom_dram_max: float = 0.85
+    # ... and the DRAM activity taken as memory bandwidth's (a copy loop on the H200 read 0.89)
+    headroom_dram_max: float = 0.9
+    # ... counted once the KV cache is this share of the bytes a step reads or more: the
+    # weights are estimated from FLOPs per token, which attention's FLOPs inflate by up to a
+    # tenth at long contexts.
+    headroom_kv_share_min: float = 0.1
     # ... and puts compute's limit where one more doubling of the load would gain less than
     # this share of throughput: the rule a sweep's knee follows by default, so the estimate
     # and the sweep it is checked against name the same point.

@@ -106,18 +106,19 @@ def test_without_gpu_readings_each_request_keeps_its_time() -> None:
 
 # A decode-heavy box bound by memory: each step streams the weights once (8B parameters of
 # 2 bytes) and every running sequence's KV cache (3,000 tokens of 128 KiB), at 4 TB/s; the
-# tensor work per token is small beside it. vLLM's MFU counters say FLOPs and bytes.
+# tensor work per token, done while the bytes stream, is small beside it. vLLM's MFU
+# counters say FLOPs and bytes.
 PARAMS = 8e9
 WEIGHT_BYTES = 2 * PARAMS
 KV_PER_SEQ = 3000 * 131072
 BANDWIDTH = 4.0e12
 FLOPS_PEAK = 700e12
 STEP_FIXED_S = 0.001
-DRAM_FULL = 0.85  # headroom_dram_max: what DRAM activity reads when memory alone fills a step
+DRAM_FULL = 0.9  # headroom_dram_max: what DRAM activity reads when memory alone fills a step
 
 
 def mem_step(n: float, weights: float = WEIGHT_BYTES) -> float:
-    return STEP_FIXED_S + (weights + n * KV_PER_SEQ) / BANDWIDTH + 2 * PARAMS * n / FLOPS_PEAK
+    return STEP_FIXED_S + max((weights + n * KV_PER_SEQ) / BANDWIDTH, 2 * PARAMS * n / FLOPS_PEAK)
 
 
 def mem_throughput(n: float, weights: float = WEIGHT_BYTES) -> float:
@@ -139,7 +140,7 @@ def mem_window(running: float, weights: float = WEIGHT_BYTES) -> WindowStats:
     return make_window(10, gpus=[gpu(1.0, 0.9, tensor, dram)], engine=engine)
 
 
-@pytest.mark.parametrize("running", [1.0, 4.0, 16.0])
+@pytest.mark.parametrize("running", [8.0, 16.0, 64.0])
 def test_bandwidth_limit_is_where_the_kv_reads_make_a_doubling_gain_under_ten_percent(
     running: float,
 ) -> None:
@@ -154,7 +155,7 @@ def test_bandwidth_limit_is_where_the_kv_reads_make_a_doubling_gain_under_ten_pe
 
 def test_fp8_weights_are_half_the_bytes_a_step_streams() -> None:
     # The same FLOPs per token read half the weight bytes: more of each step is KV reads.
-    w = mem_window(4.0, weights=PARAMS)
+    w = mem_window(8.0, weights=PARAMS)
     bf16 = room(w)
     fp8 = room(w, Caps(precision="fp8"))
     assert fp8["limit"] == "bandwidth"
@@ -162,6 +163,12 @@ def test_fp8_weights_are_half_the_bytes_a_step_streams() -> None:
     assert mem_throughput(2 * n, PARAMS) / mem_throughput(n, PARAMS) == pytest.approx(1.1, abs=0.01)
     # Taken for 2-byte weights, the KV share reads too small: the limit too far off.
     assert bf16["concurrency_at_limit"] > 1.3 * n
+
+
+def test_a_kv_share_too_small_to_tell_from_the_weights_estimate_is_no_limit() -> None:
+    # At one stream the KV cache is 2% of the bytes: inside the weights estimate's error.
+    r = room(mem_window(1.0))
+    assert r is None or "bandwidth" not in r["limits"]
 
 
 def test_without_the_engine_s_byte_counters_bandwidth_is_no_limit() -> None:
