@@ -270,8 +270,14 @@ def diagnose(
     analyses: dict[str, Mapping[str, Any]] = {
         engine_scope(e): {
             **fig.engine_analysis(
-                e, window.gpus, window.host, caps, thresholds, seen.get(engine_scope(e))
-            ),
+                e,
+                window.gpus,
+                window.host,
+                caps,
+                thresholds,
+                seen.get(engine_scope(e)),
+                (ctx.littles(e), ctx.seq_cap(e), ctx.token_budget(e)),
+            ),  # fmt: skip
             # The engine verdicts this page cannot support, and why.
             "unjudged": unjudged(e),
         }

@@ -578,11 +578,15 @@ def engine_analysis(
     caps: Caps,
     th: Thresholds,
     seen: SeenCap | None = None,
+    made: tuple[Littles, SeqCap, TokenBudget] | None = None,
 ) -> dict[str, Any]:
-    """The per-engine figures the report, exporter and TUI show (names are an interface)."""
-    lit = littles(e, th)
-    cap = seq_cap(e, caps, th, seen)
-    budget = token_budget(e, caps, th)
+    """The per-engine figures the report, exporter and TUI show (names are an interface).
+
+    ``made``: the engine's Little's-law figures, sequence cap and token budget, where the
+    rules have made them already."""
+    if made is None:
+        made = littles(e, th), seq_cap(e, caps, th, seen), token_budget(e, caps, th)
+    lit, cap, budget = made
     busy = busy_fraction(gpus)
     steps = steps_per_s(e)
     fill = cap.value / lit.slot_latency_s if cap.value and lit.slot_latency_s else None

@@ -7,8 +7,9 @@ order verdicts; they are not calibrated probabilities.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.thresholds import Caps, Thresholds
@@ -54,9 +55,24 @@ class Context:
     caps: Caps
     # Caps inferred in earlier windows, by engine scope (the Diagnoser remembers them).
     seen_caps: Mapping[str, fig.SeenCap] = field(default_factory=dict)
+    # Each engine's figures that several rules and the analysis use, made once a window.
+    _made: dict[tuple[str, int], Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def _once(self, what: str, e: EngineWindow, make: Callable[[], Any]) -> Any:
+        key = (what, id(e))
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
 
     def seq_cap(self, e: EngineWindow) -> fig.SeqCap:
-        return fig.seq_cap(e, self.caps, self.th, self.seen_caps.get(engine_scope(e)))
+        seen = self.seen_caps.get(engine_scope(e))
+        return self._once("seq_cap", e, lambda: fig.seq_cap(e, self.caps, self.th, seen))
+
+    def token_budget(self, e: EngineWindow) -> fig.TokenBudget:
+        return self._once("token_budget", e, lambda: fig.token_budget(e, self.caps, self.th))
+
+    def littles(self, e: EngineWindow) -> fig.Littles:
+        return self._once("littles", e, lambda: fig.littles(e, self.th))
 
     @property
     def gpus(self) -> tuple[GpuWindow, ...]:

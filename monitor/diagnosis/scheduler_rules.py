@@ -52,7 +52,7 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
         conf -= 0.1  # busy, and no tensor metric to say whether it is compute or memory
     if cap.value is None:
         conf -= 0.1
-    lit = fig.littles(e, th)
+    lit = ctx.littles(e)
     fill = cap.value / lit.slot_latency_s if cap.value and lit.slot_latency_s else None
     share = fig.waiting_share(e)
     queue_words = "nothing waits"
@@ -218,7 +218,7 @@ def seq_cap(ctx: Context, e: EngineWindow, token_pinned: bool) -> Verdict | None
 
 def token_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
     th = ctx.th
-    budget = fig.token_budget(e, ctx.caps, th)
+    budget = ctx.token_budget(e)
     if budget.value is None or budget.pinned_share is None:
         return None
     if budget.pinned_share < th.token_pinned_share:
