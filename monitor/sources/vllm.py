@@ -547,12 +547,22 @@ class VllmSource:
         self.notes: tuple[str, ...] = ()
 
     @property
+    def url(self) -> str:
+        return self._url
+
+    @url.setter
+    def url(self, value: str) -> None:
+        self._url = value
+        # As readings, errors and logs show it (no credentials): made once, not every tick.
+        self.shown_url = display_url(value)
+
+    @property
     def flavour(self) -> str | None:
         """The forced engine, or None when it is found from each page."""
         return self._tables[0].name if self._tables is not None else None
 
     def _error(self, message: str) -> Reading:
-        return Reading(errors=(SourceError(self.name, display_url(self.url), message),))
+        return Reading(errors=(SourceError(self.name, self.shown_url, message),))
 
     def _parse(self) -> tuple[tuple[EngineSample, ...], int]:
         answered = False
@@ -561,7 +571,7 @@ class VllmSource:
             answered = True
             # The URL as shown, credentials left out: it labels every series exported and
             # every line printed of this engine.
-            found = engines_from_text(text, display_url(self.url), self._tables, self._memo)
+            found = engines_from_text(text, self.shown_url, self._tables, self._memo)
         except EndpointError as exc:
             # Only a server that answered (a page of no engine, an HTTP error) is asked at
             # the engines' own paths: one that is down or slow is not asked twice a tick.
@@ -581,7 +591,7 @@ class VllmSource:
             except EndpointError:
                 scraper.close()
                 continue
-            log.info("%s: engine metrics found at %s", display_url(self.url), display_url(alt))
+            log.info("%s: engine metrics found at %s", self.shown_url, display_url(alt))
             self._scraper.close()
             self._scraper, self.url, self._alternatives = scraper, alt, []
             self._memo = PageMemo()
@@ -594,15 +604,15 @@ class VllmSource:
         except EndpointError as exc:
             return self._error(str(exc))
         except Exception as exc:  # a bug must cost one reading, not the sampler
-            log.warning("parsing %s failed", display_url(self.url), exc_info=True)
-            return self._error(f"cannot read {display_url(self.url)}: {type(exc).__name__}: {exc}")
+            log.warning("parsing %s failed", self.shown_url, exc_info=True)
+            return self._error(f"cannot read {self.shown_url}: {type(exc).__name__}: {exc}")
         errors: tuple[SourceError, ...] = ()
         if skipped:
             errors = (
                 SourceError(
                     self.name,
-                    display_url(self.url),
-                    f"{display_url(self.url)}: skipped {skipped} malformed line(s)",
+                    self.shown_url,
+                    f"{self.shown_url}: skipped {skipped} malformed line(s)",
                 ),
             )
         caps = self.config.caps()
