@@ -19,11 +19,25 @@ from monitor.agent import Agent
 from monitor.config import AgentConfig
 from monitor.samples import EngineSample, GpuSample, HostSample, SourceError
 from monitor.sources.base import Reading
+from monitor.window import WindowStats
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
 # The NVML fake lives beside the NVML source's tests; it fakes pynvml, the library boundary.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sources"))
+
+
+class View:
+    """What the exporter's collectors read: a fixed window and diagnosis (the Monitor's face)."""
+
+    def __init__(self, window: WindowStats | None, diagnosis: Any) -> None:
+        self._window, self._diagnosis = window, diagnosis
+
+    def window(self) -> WindowStats | None:
+        return self._window
+
+    def diagnosis(self) -> Any:
+        return self._diagnosis
 
 
 class FakeGpuSource:

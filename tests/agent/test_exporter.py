@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from agent_support import View
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -15,17 +14,6 @@ from monitor.samples import EngineSample, GpuSample, Snapshot, SourceError
 from monitor.window import WindowStats, compute_window
 
 URL = "http://127.0.0.1:8000/metrics"
-
-
-class View:
-    def __init__(self, window: WindowStats | None, diagnosis: Any) -> None:
-        self._w, self._d = window, diagnosis
-
-    def window(self) -> WindowStats | None:
-        return self._w
-
-    def diagnosis(self) -> Any:
-        return self._d
 
 
 def scrape(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_support import View
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import choose_encoder
@@ -24,7 +25,7 @@ from monitor.diagnosis import Diagnoser
 from monitor.exporter import SelfStats, build_registry
 from monitor.exposition import render
 from monitor.recording import read_recording
-from monitor.window import WindowStats, compute_window
+from monitor.window import compute_window
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RECORDINGS = sorted(
@@ -42,17 +43,6 @@ ACCEPTS = [
     "application/openmetrics-text;version=1.0.0;escaping=underscores",
     "application/openmetrics-text",
 ]
-
-
-class View:
-    def __init__(self, window: WindowStats, diagnosis: Any) -> None:
-        self._window, self._diagnosis = window, diagnosis
-
-    def window(self) -> WindowStats:
-        return self._window
-
-    def diagnosis(self) -> Any:
-        return self._diagnosis
 
 
 def _same_as_the_library(metrics: list[Any]) -> int:

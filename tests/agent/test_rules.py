@@ -8,11 +8,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from agent_support import REPO
+from agent_support import REPO, View
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,7 +26,7 @@ from monitor.samples import (
     Snapshot,
     ThreadCpu,
 )
-from monitor.window import WindowStats, compute_window
+from monitor.window import compute_window
 
 PROM = REPO / "configs" / "prometheus"
 RULE_FILES = sorted((PROM / "rules").glob("*.yml"))
@@ -203,17 +202,6 @@ def snapshots(s: Scenario, n: int = 11) -> list[Snapshot]:
             )  # fmt: skip
         out.append(Snapshot(t=t, wall=1_700_000_000 + t, gpus=gpus, engines=engines, host=host))
     return out
-
-
-class View:
-    def __init__(self, window: WindowStats, diagnosis: Any) -> None:
-        self._w, self._d = window, diagnosis
-
-    def window(self) -> WindowStats:
-        return self._w
-
-    def diagnosis(self) -> Any:
-        return self._d
 
 
 def exported_series(view: View) -> list[tuple[str, dict[str, str], float]]:
