@@ -20,6 +20,7 @@ import ssl
 import time
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -327,6 +328,13 @@ def _parse_slow(text: str, out: list[Sample]) -> int:
     return skipped
 
 
+class Split(NamedTuple):
+    """A page's lines (str.splitlines) and each line but its number."""
+
+    lines: list[str]
+    key: list[str]
+
+
 class PageLayout:
     """What a page's series were, so that the next page from the same server, whose
     lines repeat all but their numbers, is read by its numbers alone.
@@ -339,37 +347,26 @@ class PageLayout:
     takes the whole parse again. One layout per scraped URL (not thread-safe).
     """
 
-    __slots__ = ("_key", "_names", "_origins", "_heads", "_split", "generation")
+    __slots__ = ("_key", "_names", "_origins", "_heads", "generation")
 
     def __init__(self) -> None:
         self._key: list[str] | None = None
         self._names: Collection[str] | None = None  # what the layout's page was narrowed to
         self._origins: tuple[int, ...] = ()
         self._heads: tuple[tuple[str, dict[str, str]], ...] = ()
-        # The last text split by repeat() and how: a parse() of the same text that follows
-        # (the page was not a repeat) does not split it again.
-        self._split: tuple[str, list[str], list[str]] | None = None
         # Bumped whenever the series change: a caller keeping what it derived from
         # the samples' names and labels knows when to derive it again.
         self.generation = 0
 
-    def repeat(self, text: str, names: Collection[str]) -> list[float] | None:
+    def repeat(self, text: str, names: Collection[str]) -> tuple[list[float] | None, Split]:
         """The numbers of ``text``'s remembered samples, in the samples' order, where its
         lines but for their numbers are the last page's (narrowed to the same ``names``):
         what a caller that derived its figures from the samples' names and labels (for
-        this ``generation``) needs to derive them again."""
+        this ``generation``) needs to derive them again. With them, how the text was
+        split: a parse() of a text that was no repeat takes it rather than split again."""
         lines = text.splitlines()
         key = _line_key(lines)
-        self._split = (text, lines, key)
-        return self.numbers(lines, key, names)
-
-    def split(self, text: str) -> tuple[list[str], list[str]] | None:
-        """The lines and line key repeat() took from this very text, if it did."""
-        split = self._split
-        self._split = None
-        if split is None or split[0] is not text:
-            return None
-        return split[1], split[2]
+        return self.numbers(lines, key, names), Split(lines, key)
 
     def numbers(
         self, lines: list[str], key: list[str], names: Collection[str]
@@ -424,7 +421,10 @@ def _line_key(lines: list[str]) -> list[str]:
 
 
 def parse(
-    text: str, names: Collection[str] | None = None, layout: PageLayout | None = None
+    text: str,
+    names: Collection[str] | None = None,
+    layout: PageLayout | None = None,
+    split: Split | None = None,
 ) -> Exposition:
     """Parse ``text`` (first narrowed to ``names`` when given); never raises.
 
@@ -432,13 +432,13 @@ def parse(
     parsed by prometheus-client, and if that rejects it, line by line, the bad
     ones skipped, so one garbled line hides neither its family nor the others.
     With a ``layout`` (and ``names``), a page that repeats the last one's series
-    is read by its numbers alone (``PageLayout``).
+    is read by its numbers alone (``PageLayout``); ``split``: how ``layout.repeat``
+    split this text, already found no repeat.
     """
     # Split as the old two-step path did: select_lines by str.splitlines, and
     # prometheus-client (reading a StringIO) at "\n" only.
     key: list[str] | None = None
-    split = layout.split(text) if layout is not None and names is not None else None
-    if split is not None:
+    if split is not None and layout is not None and names is not None:
         lines, key = split  # repeat() found this text no repeat of the last page
     else:
         lines = text.splitlines() if names is not None else text.split("\n")

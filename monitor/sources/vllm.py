@@ -471,15 +471,16 @@ def engines_from_text(
     """
     tables = (flavour,) if isinstance(flavour, mn.Flavour) else flavour
     names = _ALL_NAMES if tables is None else _engine_names(tables)
+    split = None
     if memo is not None:
         grouping = memo.grouping
         if grouping is not None and grouping.generation == memo.layout.generation:
-            numbers = memo.layout.repeat(text, names)
+            numbers, split = memo.layout.repeat(text, names)
             if numbers is not None:
                 chosen = grouping.chosen
                 engines = tuple(plan.read(numbers, url, chosen) for plan in grouping.plans)
                 return _with_missing(engines, chosen), 0
-    exposition = parse(text, names, memo.layout if memo is not None else None)
+    exposition = parse(text, names, memo.layout if memo is not None else None, split)
     chosen, hits = detect_flavour(exposition, tables or mn.TABLES)
     if hits == 0:
         raise _not_served(text, url, tables)
