@@ -4,7 +4,9 @@ For each box: start it, run `headroom sweep` (closed loop, adaptive: doubling fr
 then bisecting the knee), and set the first step's estimate (concurrency at the first limit,
 from a window at a quarter of the cap or less) beside the saturation point the sweep measured.
 Then, for every step, the time to first token taken apart (queueing, prefill, the rest of the
-engine's, outside the engine) beside the client's TTFT p50.
+engine's, outside the engine) beside the client's TTFT p50: from the engine's histograms
+(means), and from the engine's own span of each request (the box sends them to the sweep's
+--otlp-listen), the median request's parts.
 
     .venv/bin/python bench/headroom_estimate.py [--out bench/results/headroom_estimate.txt]
         [--only sim:seq-cap,sim:kv-cap,sim:compute-bound,vllm:seq-cap,vllm:kv-cap]
@@ -37,10 +39,18 @@ BOXES = {
 }  # fmt: skip
 
 
-def sweep(target: str, gpu: str | None, extra: list[str], out: Path) -> dict:
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sweep(target: str, gpu: str | None, extra: list[str], out: Path, otlp: int) -> dict:
     cmd = [sys.executable, "-m", "headroom", "sweep", "--target", target,
            "--max-concurrency", "64", "--step-seconds", "8", "--warmup-seconds", "2",
-           "--quiet", "--out", str(out), *extra]  # fmt: skip
+           "--otlp-listen", str(otlp), "--quiet", "--out", str(out), *extra]  # fmt: skip
     if gpu:
         cmd += ["--dcgm-exporter", gpu]
     subprocess.run(cmd, cwd=ROOT, check=False, timeout=900)
@@ -49,20 +59,29 @@ def sweep(target: str, gpu: str | None, extra: list[str], out: Path) -> dict:
 
 def run_box(name: str, tmp: Path) -> dict:
     kind, what, extra = BOXES[name]
+    otlp = free_port()
+    spans = f"http://127.0.0.1:{otlp}/v1/traces"
     if kind == "sim":
         from simulator import start_sim
 
-        with start_sim(scenario=what, port=0, load=False) as sim:
-            return sweep(sim.url, sim.gpu_metrics_url, extra, tmp / name.replace(":", "-"))
+        with start_sim(scenario=what, port=0, load=False, otlp_traces_endpoint=spans) as sim:
+            return sweep(sim.url, sim.gpu_metrics_url, extra, tmp / name.replace(":", "-"), otlp)
     import serve  # deploy/vllm-cpu/serve.py
 
     python = serve.ensure_venv()
     model = serve.ensure_model(python)
     server = serve.VllmServer(
-        extra_args=list(what), python=python, model_dir=model, startup_timeout=420
+        extra_args=[*what, "--otlp-traces-endpoint", spans],
+        python=python,
+        model_dir=model,
+        startup_timeout=420,
+        env={
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        },
     ).start()
     try:
-        return sweep(server.url, None, extra, tmp / name.replace(":", "-"))
+        return sweep(server.url, None, extra, tmp / name.replace(":", "-"), otlp)
     finally:
         server.stop()
 
@@ -111,7 +130,8 @@ def main() -> None:
         "# TTFT parts per step (engine means; outside = the client's mean TTFT - the engine's):",
         "# parts/p50 = (queue + prefill + other + outside) / the client's TTFT p50;",
         "# q+p+out/p50 leaves out `other`, the engine's TTFT not explained by its queue and",
-        "# prefill histograms",
+        "# prefill histograms; median request: the parts of the requests whose TTFT is within",
+        "# 5% of the median, from the engine's span of each (joined/of: requests with a span)",
     ]
     if args.append and args.out.exists():
         with args.out.open("a") as f:
@@ -152,11 +172,21 @@ def ttft_row(name: str, step: dict) -> str | None:
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{1000 * v:.1f}"
 
+    mr = parts.get("median_request")
+    median = ""
+    if mr:
+        total = mr["queue_s"] + mr["prefill_s"] + mr["engine_other_s"] + mr["outside_s"]
+        median = (
+            f"\n{'':<18}        median request: queue {ms(mr['queue_s'])} + prefill "
+            f"{ms(mr['prefill_s'])} + other {ms(mr['engine_other_s'])} + outside "
+            f"{ms(mr['outside_s'])} ms; parts/p50 {total / p50:.2f} ({mr['requests']} at the "
+            f"median; {mr['joined']}/{mr['of']} joined)"
+        )
     return (
         f"{name:<18} c={step['concurrency']:<3} client p50 {ms(p50)} ms (mean "
         f"{ms(parts.get('client_ttft_mean_s'))}): queue {ms(q)} + prefill {ms(p)} + other "
         f"{ms(other)} + outside {ms(out)} ms; parts/p50 {whole / p50:.2f}; q+p+out/p50 "
-        f"{known / p50:.2f}; consistent {parts.get('consistent')}"
+        f"{known / p50:.2f}; consistent {parts.get('consistent')}" + median
     )
 
 
