@@ -90,7 +90,7 @@ async def test_panels_follow_engines_and_gpus_that_come_and_go(settle: bool, ord
         assert sorted(shown_gpus) == list(range(gpus))
 
 
-WINDOW_S, INTERVAL_S = 1.5, 0.25
+WINDOW_S, INTERVAL_S = 1.0, 0.2
 
 
 def _switch_and_wait(app: HeadroomApp, name: str, timeout: float = 45.0) -> None:
