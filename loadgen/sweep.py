@@ -444,13 +444,7 @@ class Sweep:
         elif steps_file.exists() and steps_file.stat().st_size > 0:
             raise HeadroomError(f"{steps_file} already holds steps: use --resume, or another --out")
         plan = self._plan()
-        if c.otlp_listen:
-            host, _, port = c.otlp_listen.rpartition(":")
-            self.traces = TraceReceiver(host or "127.0.0.1", int(port))
-            self.progress.message(
-                f"listening for the engine's request spans at {self.traces.endpoint}"
-            )
-        worker_cfg = c.worker.model_copy(update={"trace_context": self.traces is not None})
+        worker_cfg = c.worker.model_copy(update={"trace_context": bool(c.otlp_listen)})
         self.driver = LocustDriver(
             worker_cfg, c.mode, self.out, c.workers, c.external_workers,
             master_bind=c.master_bind, master_port=c.master_port, python=self.python,
@@ -463,6 +457,12 @@ class Sweep:
         error: HeadroomError | None = None
         self.probe.start()
         try:
+            if c.otlp_listen:
+                host, _, port = c.otlp_listen.rpartition(":")
+                self.traces = TraceReceiver(host or "127.0.0.1", int(port))
+                self.progress.message(
+                    f"listening for the engine's request spans at {self.traces.endpoint}"
+                )
             self.driver.start()
             index = max((s.index for s in self.steps), default=-1) + 1
             while True:

@@ -151,6 +151,19 @@ def test_time_to_first_token_outside_the_engine_is_named(fake_server, tmp_path, 
     assert "outside the engine" in err
 
 
+def test_a_span_port_in_use_is_one_line(fake_server, tmp_path, capsys) -> None:
+    url = fake_server("--ttft", "0.02", "--itl", "0.005")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc = main(["sweep", "--target", url, "--concurrency", "1", *QUICK,
+                   "--otlp-listen", str(port), "--out", str(tmp_path / "o")])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1, err
+    assert f"cannot listen for the engine's trace spans on 127.0.0.1:{port}" in err
+
+
 @pytest.mark.parametrize("value", ["nope", "127.0.0.1:99999", "host:"])
 def test_a_bad_otlp_listen_is_one_line(tmp_path, capsys, value) -> None:
     rc = main(["sweep", "--target", "http://127.0.0.1:9", "--concurrency", "1", *QUICK,
