@@ -523,6 +523,12 @@ def _read_commands(env: Environment, shape: StepShape, processes_fn, write) -> N
         if not started:
             env.runner.start_shape()
             started = True
+        elif shape.target is not None and env.runner.shape_last_tick != shape.target:
+            # Locust's shape runner looks at the target once a second: each step would wait
+            # up to a second for its users. Move now, and tell the runner it is done.
+            users, rate = shape.target
+            env.runner.start(user_count=users, spawn_rate=rate)
+            env.runner.shape_last_tick = shape.target
         write([json.dumps({"k": "step", "step": STATE.step, "t": time.time()})])
 
 
