@@ -127,8 +127,10 @@ def test_compute_bound_saturates_when_prefill_fills_the_gpu(sim, tmp_path) -> No
         "16",
     )
     sat = r["saturation"]
-    assert sat["reached"] and sat["concurrency"] in (4, 8)
-    assert sat["cause"] == "compute-bound"
+    steps = [(s["concurrency"], round(s["output_tokens_per_s"]), s["output_tokens_per_s_rse"],
+              s["host_stall_s"], s["verdict"]) for s in r["steps"]]  # fmt: skip
+    assert sat["reached"] and sat["concurrency"] in (4, 8), (sat, steps)
+    assert sat["cause"] == "compute-bound", (sat, steps)
     past = _by_load(r)[16]
     assert past["gpu"]["tensor_active"] > 0.5
 
