@@ -45,6 +45,10 @@ def tensor_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
     return _mean([g.tensor_active for g in gpus])
 
 
+def dram_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
+    return _mean([g.dram_active for g in gpus])
+
+
 def busy_fraction(gpus: Sequence[GpuWindow]) -> float | None:
     """Share of the time the box's GPUs had a kernel running (the duty cycle), mean over GPUs.
 
@@ -436,10 +440,6 @@ def compute_share(tensor: float | None, th: Thresholds) -> float | None:
     if tensor is None or tensor <= 0.02:
         return None
     return min(tensor / th.headroom_tensor_max, 0.99)
-
-
-def dram_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
-    return _mean([g.dram_active for g in gpus])
 
 
 def kv_read_share(e: EngineWindow, caps: Caps) -> float | None:

@@ -8,6 +8,8 @@ does at other loads (its throughput curve, its knee) exactly, without a machine'
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from monitor.samples import Snapshot
 from monitor.sources.dcgm_exporter import gpus_from_text
 from monitor.sources.vllm import engines_from_text
@@ -24,8 +26,6 @@ def closed_loop(cfg: SimConfig, concurrency: int, *, warmup_s: float, window_s: 
                 tick_s: float = 1.0) -> WindowStats:  # fmt: skip
     """The window over ``window_s`` of the box's time under ``concurrency`` streams in a
     closed loop, after ``warmup_s`` for the batch to settle."""
-    from dataclasses import replace
-
     load = replace(cfg.load, mode="closed", concurrency=concurrency)
     sim = Simulator(replace(cfg, load=load), record=False)
     sim.run_for(warmup_s)
