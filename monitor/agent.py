@@ -19,7 +19,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -38,6 +38,11 @@ log = logging.getLogger("monitor.agent")
 
 # At ticks under this, the HTTP sources are read this often (monitor.sources.paced).
 ENGINE_EVERY_S = 1.0
+# The sampler reads on every tick and makes snapshots, parses engine pages, the window and
+# the diagnosis this often (or when a request asks for them): a few ticks' work at once
+# costs a fraction of each tick's alone (monitor.sampler's digest_every_s). Every reader
+# (/metrics, /healthz, /api/v1/snapshot) sees every tick read before it.
+DIGEST_EVERY_S = 5.0
 _HTTP_SOURCES = ("vllm", "dcgm-exporter")
 # Read in the sampler's thread: local reads, cheaper than a hand-off to a worker.
 _LOCAL_SOURCES = ("nvml", "dcgm", "host")
@@ -65,12 +70,41 @@ class TrackedSource:
         try:
             reading = self._source.read()
         except Exception as exc:  # a source must not raise; a bug in one must not stop the agent
-            reading = Reading(
-                errors=(SourceError(self.name, self.target, f"{type(exc).__name__}: {exc}"),)
-            )
+            reading = self._failed(exc)
+        return self._track(reading, None)
+
+    def read_later(self) -> Callable[[], Reading]:
+        """The source's own read_later where it has one (the sampler's digest_every_s), its
+        success stamped with the time it read, not the time its reading was made."""
+        later = getattr(self._source, "read_later", None)
+        if later is None:
+            reading = self.read()
+            return lambda: reading
+        wall = self._stats.now()
+        try:
+            finish = later()
+        except Exception as exc:
+            failed = self._failed(exc)
+            return lambda: self._track(failed, wall)
+
+        def made() -> Reading:
+            try:
+                reading = finish()
+            except Exception as exc:
+                reading = self._failed(exc)
+            return self._track(reading, wall)
+
+        return made
+
+    def _failed(self, exc: Exception) -> Reading:
+        return Reading(
+            errors=(SourceError(self.name, self.target, f"{type(exc).__name__}: {exc}"),)
+        )
+
+    def _track(self, reading: Reading, wall: float | None) -> Reading:
         has_data = bool(reading.gpus or reading.engines or reading.host is not None)
         if has_data or not reading.errors:
-            self._stats.source_succeeded(self.name, self.target)
+            self._stats.source_succeeded(self.name, self.target, wall)
         self._log_changes(reading.errors)
         return reading
 
@@ -290,6 +324,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if path == "/metrics":
             encoder, content_type = choose_encoder(self.headers.get("Accept"))
+            agent.sampler.flush()  # every tick read before this scrape, in every collector
             collected = list(agent.registry.collect())
             body = exposition.render(collected, content_type)
             if body is None:  # what headroom's own writer does not write: the library's
@@ -343,6 +378,7 @@ class Agent:
         sources: Sequence[Source] | None = None,
         notes: Sequence[str] = (),
         diagnoser: Any = None,
+        digest: bool = True,
     ) -> None:
         from monitor.pipeline import Monitor
         from monitor.sampler import Sampler
@@ -378,6 +414,7 @@ class Agent:
             capacity=capacity,
             max_wait_s=0.8 * config.interval,
             inline=_LOCAL_SOURCES,
+            digest_every_s=DIGEST_EVERY_S if digest else 0.0,
         )
         self.sampler.subscribe(self.stats.on_snapshot)
         # At ticks under a second, verdicts are judged once a second (hysteresis counts

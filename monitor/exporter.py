@@ -471,6 +471,10 @@ class SelfStats(Collector):
                 key = (err.source, err.target)
                 self._errors[key] = self._errors.get(key, 0) + 1
 
+    def now(self) -> float:
+        """The wall clock the figures are stamped with."""
+        return self._wall()
+
     def source_succeeded(self, source: str, target: str = "", wall: float | None = None) -> None:
         with self._lock:
             self._last_success[(source, target)] = self._wall() if wall is None else wall

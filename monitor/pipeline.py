@@ -5,7 +5,8 @@ snapshot enters the live window (monitor.window_live: O(1) a tick, whatever the
 window's length), the verdicts are computed once a step (every snapshot, or every
 ``diagnose_every_s`` for fast ticks), and the report is built when a reader first
 asks for it; readers take the latest (an immutable, JSON-able dict) without
-touching any source.
+touching any source. A sampler that makes its snapshots a few ticks at a time
+(the agent's: Sampler.digest_every_s) makes those waiting before a reader reads.
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ class Monitor:
             self.window_s = max(self.window_s, wanted)
 
     def report(self) -> dict[str, Any] | None:
+        self.sampler.flush()  # the ticks read but not yet made (Sampler.digest_every_s)
         with self._lock:
             report, window, diagnosis = self._report, self._window, self._diagnosis
         if report is not None or window is None or diagnosis is None:
@@ -178,9 +180,11 @@ class Monitor:
         return report
 
     def diagnosis(self) -> Diagnosis | None:
+        self.sampler.flush()
         with self._lock:
             return self._diagnosis
 
     def window(self) -> WindowStats | None:
+        self.sampler.flush()
         with self._lock:
             return self._window

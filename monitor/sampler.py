@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 
 from monitor.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
 from monitor.sources.base import Reading, Source
@@ -20,6 +21,19 @@ from monitor.window import WindowStats, compute_window
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Snapshot], None]
+# What a source gives a tick: its reading, or (read_later) the rest of it, made later.
+Part = Reading | Callable[[], Reading]
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A tick whose readings are not all made yet (see Sampler's digest_every_s)."""
+
+    t: float
+    wall: float
+    duration_s: float
+    parts: tuple[tuple[str, Part], ...]
+    load: tuple[tuple[str, float], ...]
 
 
 class Sampler:
@@ -32,6 +46,7 @@ class Sampler:
         wall: Callable[[], float] = time.time,
         max_wait_s: float | None = None,
         inline: Collection[str] = (),
+        digest_every_s: float = 0.0,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -63,6 +78,17 @@ class Sampler:
         self.inline = frozenset(inline)
         # How late the last tick started against its deadline (seconds; run() only).
         self.lateness_s = 0.0
+        # With digest_every_s > 0, run() reads each source on time but makes what a source
+        # can make later (an engine page's parse: read_later) together with the snapshots
+        # and the listeners' work (window, diagnosis) once that many seconds have gathered,
+        # or at once when a reader asks (latest(), snapshots(), flush()). A tick's work
+        # done once a second runs cold, from memory the second's sleep let go: the same
+        # work done a few ticks at a time costs a fraction (bench/results/agent_parts_*).
+        # The snapshots, their times and every listener's calls are those ticking gives.
+        self.digest_every_s = digest_every_s
+        self._waiting: deque[_Waiting] = deque()
+        self._digest_lock = threading.RLock()
+        self._digesting = False
 
     @property
     def capacity(self) -> int | None:
@@ -78,15 +104,85 @@ class Sampler:
             log.warning("source %s failed: %s", source.name, exc)
             return Reading(errors=(SourceError(source.name, "", f"{type(exc).__name__}: {exc}"),))
 
-    def tick(self) -> Snapshot:
-        """Read every source once and append the snapshot to the ring."""
-        t0 = self._clock()
+    def _read_later(self, source: Source) -> Part:
+        later = getattr(source, "read_later", None)
+        if later is None:
+            return self._read_one(source)
+        try:
+            made: Callable[[], Reading] = later()
+            return made
+        except Exception as exc:
+            log.warning("source %s failed: %s", source.name, exc)
+            return Reading(errors=(SourceError(source.name, "", f"{type(exc).__name__}: {exc}"),))
+
+    @staticmethod
+    def _made(name: str, part: Part) -> Reading:
+        if isinstance(part, Reading):
+            return part
+        try:
+            return part()
+        except Exception as exc:  # as _read_one: a bug costs one reading, not the sampler
+            log.warning("source %s failed: %s", name, exc)
+            return Reading(errors=(SourceError(name, "", f"{type(exc).__name__}: {exc}"),))
+
+    def _read_parts(self, later: bool) -> list[tuple[str, Part]]:
+        read = self._read_later if later else self._read_one
         if len(self.sources) == 1 and self.max_wait_s is None:
-            readings = [self._read_one(self.sources[0])]
+            parts: list[Part] = [read(self.sources[0])]
+            names = [self.sources[0].name]
         elif self.max_wait_s is None:
-            readings = list(self._pool.map(self._read_one, self.sources))
+            parts = list(self._pool.map(read, self.sources))
+            names = [s.name for s in self.sources]
         else:
-            readings = self._read_within(self.max_wait_s)
+            return self._read_within(self.max_wait_s, read)
+        return list(zip(names, parts))
+
+    def tick(self) -> Snapshot:
+        """Read every source once and append the snapshot to the ring (made at once,
+        whatever digest_every_s says)."""
+        self.flush()
+        t0 = self._clock()
+        readings = [self._made(name, part) for name, part in self._read_parts(later=False)]
+        load = self.load_provider() if self.load_provider is not None else ()
+        t1 = self._clock()
+        snap = self._snapshot(t1, self._wall(), t1 - t0, readings, load)
+        self.push(snap)
+        return snap
+
+    def _tick_later(self) -> None:
+        """Read every source once; the snapshot is made with the next digest."""
+        t0 = self._clock()
+        parts = self._read_parts(later=True)
+        load = self.load_provider() if self.load_provider is not None else ()
+        t1 = self._clock()
+        self._waiting.append(_Waiting(t1, self._wall(), t1 - t0, tuple(parts), load))
+        # Ticks jitter: a digest falls due a little early rather than a whole tick late.
+        if t1 - self._waiting[0].t >= 0.95 * self.digest_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Make the snapshots of the ticks read but not yet made, in order, and tell the
+        listeners (in the calling thread). Re-entered from a listener: returns at once."""
+        with self._digest_lock:
+            if self._digesting:
+                return
+            self._digesting = True
+            try:
+                while self._waiting:
+                    w = self._waiting.popleft()
+                    readings = [self._made(name, part) for name, part in w.parts]
+                    self.push(self._snapshot(w.t, w.wall, w.duration_s, readings, w.load))
+            finally:
+                self._digesting = False
+
+    def _snapshot(
+        self,
+        t: float,
+        wall: float,
+        duration_s: float,
+        readings: Sequence[Reading],
+        load: tuple[tuple[str, float], ...],
+    ) -> Snapshot:
         gpus: list[GpuSample] = []
         engines: list[EngineSample] = []
         errors: list[SourceError] = []
@@ -97,24 +193,20 @@ class Sampler:
             errors.extend(r.errors)
             if r.host is not None:
                 host = r.host
-        load = self.load_provider() if self.load_provider is not None else ()
-        t1 = self._clock()
-        snap = Snapshot(
-            t=t1,
-            wall=self._wall(),
+        return Snapshot(
+            t=t,
+            wall=wall,
             gpus=tuple(gpus),
             engines=tuple(engines),
             host=host,
             errors=tuple(errors),
-            duration_s=t1 - t0,
+            duration_s=duration_s,
             load=load,
         )
-        self.push(snap)
-        return snap
 
-    def _read_within(self, limit: float) -> list[Reading]:
-        futures: list[tuple[int, Future[Reading]]] = []
-        fresh: list[Future[Reading]] = []  # asked this tick: waited for, within the limit
+    def _read_within(self, limit: float, read: Callable[[Source], Part]) -> list[tuple[str, Part]]:
+        futures: list[tuple[int, Future[Part]]] = []
+        fresh: list[Future[Part]] = []  # asked this tick: waited for, within the limit
         local: list[int] = []
         now = self._clock()
         for i, source in enumerate(self.sources):
@@ -124,11 +216,11 @@ class Sampler:
                 if source.name in self.inline or (due is not None and not due()):
                     local.append(i)  # a paced source between reads answers at once
                     continue
-                fut = self._pool.submit(self._read_one, source)
+                fut = self._pool.submit(read, source)
                 self._pending_since[i] = now
                 fresh.append(fut)
             futures.append((i, fut))
-        got = {i: self._read_one(self.sources[i]) for i in local}
+        got: dict[int, Part] = {i: read(self.sources[i]) for i in local}
         if fresh:
             # A read still pending from an earlier tick is not waited for again: it would
             # hold every tick it spans, and the snapshots' times would wander.
@@ -139,7 +231,8 @@ class Sampler:
                 self._pending_since.pop(i, None)
             else:
                 self._pending[i] = fut
-        return [got[i] for i in sorted(got)]  # in the sources' order, as map gives them
+        # In the sources' order, as map gives them.
+        return [(self.sources[i].name, got[i]) for i in sorted(got)]
 
     def stuck(self) -> list[tuple[Source, float]]:
         """The sources whose read has not returned, and for how long (seconds)."""
@@ -158,10 +251,12 @@ class Sampler:
                 log.exception("snapshot listener failed")
 
     def snapshots(self) -> tuple[Snapshot, ...]:
+        self.flush()
         with self._lock:
             return tuple(self._ring)
 
     def latest(self) -> Snapshot | None:
+        self.flush()
         with self._lock:
             return self._ring[-1] if self._ring else None
 
@@ -195,7 +290,10 @@ class Sampler:
         deadline = start
         while not self._stop.is_set():
             self.lateness_s = max(0.0, self._clock() - deadline)
-            self.tick()
+            if self.digest_every_s > 0:
+                self._tick_later()
+            else:
+                self.tick()
             deadline += self.interval
             now = self._clock()
             if duration is not None and now - start >= duration - 1e-6:
@@ -219,6 +317,7 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        self.flush()  # what was read is kept
 
     def close(self) -> None:
         self.stop()

@@ -57,6 +57,8 @@ def wrap(owner: Any, name: str, label: str) -> None:
 
 PARTS = [
     (sampler.Sampler, "tick", "sampler tick (all below but HTTP)"),
+    (sampler.Sampler, "_tick_later", "sampler tick: the reads (digest_every_s)"),
+    (sampler.Sampler, "flush", "digest: pages, window, diagnosis"),
     (vllm.VllmSource, "read", "engine page: read"),
     (promtext.Scraper, "get", "engine page: GET"),
     (vllm, "engines_from_text", "engine page: parse"),

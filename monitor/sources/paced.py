@@ -46,5 +46,25 @@ class Paced:
         self._last = self.source.read()
         return self._last
 
+    def read_later(self) -> Callable[[], Reading]:
+        """read(), the wrapped source's reading made later where it can be (the sampler's
+        digest_every_s); between reads, the errors of the read before, as made by then."""
+        now = self._clock()
+        if now < self._next:
+            return lambda: Reading(errors=self._last.errors)
+        self._next = now + self.every_s - self.slack_s
+        later = getattr(self.source, "read_later", None)
+        if later is None:
+            self._last = self.source.read()
+            reading = self._last
+            return lambda: reading
+        finish = later()
+
+        def made() -> Reading:
+            self._last = finish()
+            return self._last
+
+        return made
+
     def close(self) -> None:
         self.source.close()

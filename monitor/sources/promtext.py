@@ -120,6 +120,7 @@ _MAX_NUMBER_CHARS = 300
 
 _NUMBER_ONLY = re.compile(_NUMBER)
 _NUMBERS_ONLY = re.compile(rf"(?:{_NUMBER})(?: (?:{_NUMBER}))*")
+_NOT_DECIMAL = re.compile(r"[^0-9.eE+\- ]")
 # Scrape after scrape a page repeats its series and only the numbers change:
 # remember each plain line's text before the number (its name and labels,
 # already checked) so a repeat costs a dict lookup, not the line regex.
@@ -376,12 +377,22 @@ class PageLayout:
         if not self._origins:
             return []
         texts = [lines[at].rpartition(" ")[2] for at in self._origins]
-        # One match over them all (a number holds no space): each is a number the fast
-        # path reads, as _simple_sample would.
+        # Each must be a number the fast path reads, as _simple_sample would (a number
+        # holds no space, so one check covers them all). Digits, points, exponents and
+        # signs alone are such a number exactly when float() reads them; anything else
+        # (NaN, Inf, another spelling) takes the full match.
         joined = " ".join(texts)
-        if _NUMBERS_ONLY.fullmatch(joined) is None or max(map(len, texts)) > _MAX_NUMBER_CHARS:
+        if max(map(len, texts)) > _MAX_NUMBER_CHARS:
             return None
-        values = list(map(float, texts))
+        if _NOT_DECIMAL.search(joined) is None:
+            try:
+                values = list(map(float, texts))
+            except ValueError:
+                return None
+        elif _NUMBERS_ONLY.fullmatch(joined) is None:
+            return None
+        else:
+            values = list(map(float, texts))
         if "-" in joined:
             for i, number in enumerate(texts):
                 if number[0] == "-" and not values[i] and number[1:].isdigit():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
@@ -296,9 +296,32 @@ class _HistogramPlan:
     buckets: tuple[tuple[int, ...], ...]  # the samples summed into each bound's bucket
     sums: tuple[int, ...]
     counts: tuple[int, ...]
+    # Each bucket's one sample where every bound has one and the bounds rise to +Inf.
+    single: tuple[int, ...] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        les = self.les
+        if (
+            les
+            and all(len(at) == 1 for at in self.buckets)
+            and all(a < b for a, b in zip(les, les[1:]))
+            and les[-1] == math.inf
+        ):
+            object.__setattr__(self, "single", tuple(at[0] for at in self.buckets))
 
     def read(self, v: list[float]) -> Histogram | None:
         # The same arithmetic in the same order as _histogram, so both read alike to the bit.
+        if self.single is not None:
+            # One sample a bound, bounds rising to +Inf (one engine's page): no summing,
+            # no sorting, the bucket's value as _histogram makes it (0.0 + value).
+            cum = [0.0 + v[i] for i in self.single]
+            count = sum([v[i] for i in self.counts]) if self.counts else cum[-1]
+            total = sum([v[i] for i in self.sums]) if self.sums else math.nan
+            if not (math.isfinite(count) and math.isfinite(total)):
+                return None
+            if not all(map(math.isfinite, cum)):
+                return None
+            return Histogram(buckets=tuple(zip(self.les, cum)), sum=total, count=count)
         buckets: dict[float, float] = {}
         for le, at in zip(self.les, self.buckets):
             acc = 0.0
@@ -601,12 +624,46 @@ class VllmSource:
 
     def read(self) -> Reading:
         try:
-            engines, skipped = self._parse()
+            found = self._parse()
         except EndpointError as exc:
             return self._error(str(exc))
         except Exception as exc:  # a bug must cost one reading, not the sampler
             log.warning("parsing %s failed", self.shown_url, exc_info=True)
             return self._error(f"cannot read {self.shown_url}: {type(exc).__name__}: {exc}")
+        return self._reading(found, self.config.caps())
+
+    def read_later(self) -> Callable[[], Reading]:
+        """The page fetched now, parsed when the reading is asked for (the sampler's
+        digest_every_s): what the page said at this moment, read a few at a time.
+        Readings must be made in the order they were fetched (the memo of the last page)."""
+        if self._alternatives:
+            # Not yet known to be the engine's page (it may be elsewhere): read it whole.
+            reading = self.read()
+            return lambda: reading
+        try:
+            text = self._scraper.get()
+        except EndpointError as exc:
+            failed = self._error(str(exc))
+            return lambda: failed
+        caps = self.config.caps()  # asks the server now and then: in the tick, not later
+        url, tables, memo = self.shown_url, self._tables, self._memo
+
+        def made() -> Reading:
+            try:
+                found = engines_from_text(text, url, tables, memo)
+            except EndpointError as exc:
+                return self._error(str(exc))
+            except Exception as exc:
+                log.warning("parsing %s failed", url, exc_info=True)
+                return self._error(f"cannot read {url}: {type(exc).__name__}: {exc}")
+            return self._reading(found, caps)
+
+        return made
+
+    def _reading(
+        self, found: tuple[tuple[EngineSample, ...], int], caps: ReportedCaps | None
+    ) -> Reading:
+        engines, skipped = found
         errors: tuple[SourceError, ...] = ()
         if skipped:
             errors = (
@@ -616,7 +673,6 @@ class VllmSource:
                     f"{self.shown_url}: skipped {skipped} malformed line(s)",
                 ),
             )
-        caps = self.config.caps()
         if caps is not None:
             engines = tuple(_with_caps(e, caps) for e in engines)
         return Reading(engines=engines, errors=errors)

@@ -12,12 +12,21 @@ from pathlib import Path
 import bcrypt
 import httpx
 import pytest
-from agent_support import FakeEngineSource, FakeGpuSource, get, make_config, wait_until
+from agent_support import (
+    Endpoint,
+    FakeEngineSource,
+    FakeGpuSource,
+    get,
+    make_config,
+    wait_until,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
+import monitor.agent
 from monitor.agent import Agent
 from monitor.config import AgentConfig
 from monitor.errors import ConfigError
+from monitor.sources.vllm import VllmSource
 
 
 def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -208,3 +217,31 @@ def test_a_stopped_agent_answers_no_kept_alive_scraper() -> None:
             conn.getresponse().read()
     finally:
         conn.close()
+
+
+def test_every_answer_holds_every_tick_read_before_it(start_agent, monkeypatch) -> None:
+    # The agent makes its snapshots, engine pages, window and diagnosis a few ticks at a
+    # time; each request makes those still waiting first. With the wait made endless, only
+    # the requests make them: every answer must still hold the engine's latest page.
+    monkeypatch.setattr(monitor.agent, "DIGEST_EVERY_S", 3600.0)
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    loaded = (fixtures / "vllm-0.32.0-cpu-metrics-under-load.txt").read_bytes()
+    idle = (fixtures / "vllm-0.32.0-cpu-metrics-idle.txt").read_bytes()
+    endpoint = Endpoint(loaded)
+    try:
+        agent = start_agent([FakeGpuSource(), VllmSource(endpoint.url)], interval=0.5)
+
+        def running() -> float | None:
+            m = samples(get(agent.url + "/metrics").text)
+            found = m.get("headroom_engine_requests_running")
+            return found[0][1] if found else None
+
+        wait_until(lambda: running() == 4)
+        endpoint.body = idle
+        wait_until(lambda: running() == 0)
+        body = get(agent.url + "/api/v1/snapshot").json()
+        assert body["engines"][0]["running"] == 0
+        health = get(agent.url + "/healthz").json()
+        assert health["status"] == "ok" and health["last_tick_age_s"] < 5
+    finally:
+        endpoint.stop()

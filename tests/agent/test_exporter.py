@@ -171,3 +171,45 @@ def test_an_engine_page_without_a_kv_gauge_is_said_missing_not_zero() -> None:
     # The KV series is absent, not 0; the queue TGI does export is there.
     assert "headroom_engine_kv_cache_usage_ratio" not in m
     assert m["headroom_engine_requests_waiting"][0][1] == 7.0
+
+
+def test_a_reading_made_later_is_stamped_with_the_time_the_source_read() -> None:
+    # The agent parses an engine page a few ticks after fetching it: the source's last
+    # success is when it answered, not when its page was parsed.
+    from collections.abc import Callable
+
+    from monitor.agent import TrackedSource
+    from monitor.sources.base import Reading
+
+    now = [1_000.0]
+
+    class Page:
+        name = "vllm"
+        url = "http://127.0.0.1:1/metrics"
+        fail = False
+
+        def read(self) -> Reading:
+            return self.read_later()()
+
+        def read_later(self) -> Callable[[], Reading]:
+            fail = self.fail
+            if fail:
+                return lambda: Reading(errors=(SourceError("vllm", self.url, "refused"),))
+            return lambda: Reading(
+                engines=(EngineSample(url=self.url, model_name="m", engine="0"),)
+            )
+
+        def close(self) -> None:
+            pass
+
+    stats = SelfStats(wall=lambda: now[0])
+    page = Page()
+    tracked = TrackedSource(page, stats)
+    made = tracked.read_later()
+    now[0] += 1.0
+    page.fail = True
+    failed = tracked.read_later()
+    now[0] += 4.0
+    assert made().engines and failed().errors
+    key = ("vllm", "http://127.0.0.1:1/metrics")
+    assert stats.source_ages([key]) == {key: 5.0}

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -80,3 +81,38 @@ def test_proc_tree_finds_grandchildren_and_reads_only_new_pids() -> None:
         child.kill()
         child.wait()
         child.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_paced_source_read_later_keeps_its_pace_and_its_errors_in_order() -> None:
+    class Later(Counting):
+        made = 0
+
+        def read_later(self) -> Callable[[], Reading]:
+            self.reads += 1
+            failing = self.failing
+
+            def made() -> Reading:
+                self.made += 1
+                if failing:
+                    return Reading(errors=(SourceError("vllm", self.url, "connection refused"),))
+                return Reading()
+
+            return made
+
+    now = [0.0]
+    src = Later()
+    paced = Paced(src, every_s=1.0, slack_s=0.05, clock=lambda: now[0])
+    parts = []
+    for i in range(30):  # 3 s of 100 ms ticks, made later (the agent's sampler)
+        now[0] = i * 0.1
+        parts.append(paced.read_later())
+    assert src.reads == 3 and src.made == 0
+    assert all(not part().errors for part in parts)
+    src.failing = True
+    now[0] = 3.0
+    failed = paced.read_later()
+    now[0] = 3.1
+    between = paced.read_later()
+    # Made in order, the tick between reads repeats the errors of the read before it.
+    assert failed().errors and between().errors == failed().errors
+    assert src.reads == 4

@@ -416,3 +416,38 @@ def test_credentials_in_the_engine_url_never_reach_a_reading_or_the_output(
         assert done.returncode == 0, done.stderr
         assert "127.0.0.1" in done.stdout
         assert "s3cret" not in done.stdout + done.stderr
+
+
+def test_a_page_read_later_is_the_page_as_it_was_fetched(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    # The agent fetches the page on the tick and parses it a few ticks later: the reading
+    # must be of the page fetched, not of what the server says by then.
+    page = read_fixture(UNDER_LOAD)
+    http_server.set("/metrics", page)
+    src = VllmSource(http_server.url)
+    try:
+        first = src.read()  # finds the engine's page (tried whole while it might be elsewhere)
+        later = src.read_later()
+        http_server.set("/metrics", _grown(page))
+        grown = src.read_later()
+        http_server.set("/metrics", "not metrics at all\n")
+        garbage = src.read_later()
+        http_server.stop()
+        down = src.read_later()
+        assert later() == first
+        made = only_engine(grown())
+        assert made == only_engine(read_once_text(_grown(page), http_server.url + "/metrics"))
+        assert made.request_success_total == 2 * only_engine(first).request_success_total
+        (err,) = garbage().errors
+        assert "metrics" in err.message and not garbage().engines
+        (err,) = down().errors
+        assert err.source == "vllm" and not down().engines
+    finally:
+        src.close()
+
+
+def read_once_text(text: str, url: str) -> Reading:
+    engines, skipped = engines_from_text(text, url)
+    assert skipped == 0
+    return Reading(engines=engines)
