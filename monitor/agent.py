@@ -40,7 +40,7 @@ log = logging.getLogger("monitor.agent")
 ENGINE_EVERY_S = 1.0
 # The sampler reads on every tick and makes snapshots, parses engine pages, the window and
 # the diagnosis this often (or when a request asks for them): a few ticks' work at once
-# costs a fraction of each tick's alone (monitor.sampler's digest_every_s). Every reader
+# costs less than each tick's alone (monitor.sampler's digest_every_s). Every reader
 # (/metrics, /healthz, /api/v1/snapshot) sees every tick read before it.
 DIGEST_EVERY_S = 5.0
 _HTTP_SOURCES = ("vllm", "dcgm-exporter")

@@ -82,9 +82,10 @@ class Sampler:
         # can make later (an engine page's parse: read_later) together with the snapshots
         # and the listeners' work (window, diagnosis) once that many seconds have gathered,
         # or at once when a reader asks (latest(), snapshots(), flush()). A tick's work
-        # done once a second runs cold, from memory the second's sleep let go: the same
-        # work done a few ticks at a time costs a fraction (bench/results/agent_parts_*).
-        # The snapshots, their times and every listener's calls are those ticking gives.
+        # done once a second runs from memory the second's sleep let go from the caches:
+        # the same work done a few ticks at a time costs less (bench/wake_cost.py: several
+        # times less on this project's CPU machines, a little on the H200's host). The
+        # snapshots, their times and every listener's calls are those ticking gives.
         self.digest_every_s = digest_every_s
         self._waiting: deque[_Waiting] = deque()
         self._digest_lock = threading.RLock()
@@ -156,8 +157,12 @@ class Sampler:
         load = self.load_provider() if self.load_provider is not None else ()
         t1 = self._clock()
         self._waiting.append(_Waiting(t1, self._wall(), t1 - t0, tuple(parts), load))
+        try:
+            first = self._waiting[0].t
+        except IndexError:
+            return  # a reader in another thread made them all meanwhile
         # Ticks jitter: a digest falls due a little early rather than a whole tick late.
-        if t1 - self._waiting[0].t >= 0.95 * self.digest_every_s:
+        if t1 - first >= 0.95 * self.digest_every_s:
             self.flush()
 
     def flush(self) -> None:

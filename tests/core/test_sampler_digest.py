@@ -254,3 +254,23 @@ def test_stop_makes_what_was_read() -> None:
     sampler.stop()
     assert page.fetched >= 3
     assert len(heard) == page.fetched == page.made
+
+
+def test_a_reader_that_makes_every_tick_while_one_is_read_does_not_stop_the_ticks() -> None:
+    # Requests make waiting ticks from their own threads, at any moment: one that makes
+    # the tick just added, before the sampler looks at it, must not break the sampler.
+    box = Box()
+    page = PageSource(box)
+    sampler = Sampler([page], interval=1.0, clock=lambda: box.now, digest_every_s=5.0)
+    real = sampler._waiting
+
+    class Raced(type(real)):  # type: ignore[misc]
+        def append(self, item: object) -> None:
+            super().append(item)
+            sampler.flush()  # as a request's thread would, between the append and the look
+
+    sampler._waiting = Raced()  # type: ignore[assignment]
+    for _ in range(7):
+        sampler._tick_later()
+        box.now += 1.0
+    assert len(sampler.snapshots()) == 7 == page.made
