@@ -1,9 +1,10 @@
 """The agent: samples continuously and serves /metrics, /healthz and /api/v1/snapshot.
 
-The sampler thread does all the reading; request threads only render what it
-last computed, so a slow or dead endpoint delays nothing but its own reading,
-and a storm of scrapes costs no NVML or HTTP calls. Each event (start, a
-source failing or recovering, stop) is one log line.
+The sampler thread (and its workers) does all the reading; a request makes the
+ticks read since the last digest (DIGEST_EVERY_S) and renders the result, so a
+slow or dead endpoint delays nothing but its own reading, and a storm of scrapes
+costs no NVML or HTTP calls. Each event (start, a source failing or recovering,
+stop) is one log line, logged when its reading is made.
 """
 
 from __future__ import annotations
