@@ -379,7 +379,6 @@ class Agent:
         sources: Sequence[Source] | None = None,
         notes: Sequence[str] = (),
         diagnoser: Any = None,
-        digest: bool = True,
     ) -> None:
         from monitor.pipeline import Monitor
         from monitor.sampler import Sampler
@@ -415,7 +414,8 @@ class Agent:
             capacity=capacity,
             max_wait_s=0.8 * config.interval,
             inline=_LOCAL_SOURCES,
-            digest_every_s=DIGEST_EVERY_S if digest else 0.0,
+            # Ticks this far apart gain nothing from waiting for the next: made at once.
+            digest_every_s=DIGEST_EVERY_S if config.interval < DIGEST_EVERY_S else 0.0,
         )
         self.sampler.subscribe(self.stats.on_snapshot)
         # At ticks under a second, verdicts are judged once a second (hysteresis counts

@@ -245,3 +245,12 @@ def test_every_answer_holds_every_tick_read_before_it(start_agent, monkeypatch) 
         assert health["status"] == "ok" and health["last_tick_age_s"] < 5
     finally:
         endpoint.stop()
+
+
+def test_ticks_further_apart_than_the_digest_are_made_at_once(start_agent) -> None:
+    # At 6 s ticks nothing is gained by waiting for the next one: each tick's snapshot (and
+    # what listens to it: the agent's stats, its log lines, the auto-profiler) comes at once.
+    gpu = FakeGpuSource()
+    agent = start_agent([gpu], interval=6.0, window=12.0)
+    wait_until(lambda: gpu.reads >= 1, timeout=20)
+    wait_until(lambda: agent.stats.last_tick_wall() is not None, timeout=3)
