@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -254,13 +255,16 @@ def fault_at(elapsed: float) -> str:
     return "ok"
 
 
-def fault_end(elapsed: float) -> float:
-    """When the fault under way at ``elapsed`` ends (``elapsed`` itself outside a fault)."""
-    base = elapsed - elapsed % CYCLE_S
-    for at, length in ((DOWN_AT, DOWN_S), (SLOW_AT, SLOW_S), (GARBAGE_AT, GARBAGE_S)):
-        if at <= elapsed - base < at + length:
-            return base + at + length
-    return elapsed
+def fault_end(elapsed: float, switches: list[tuple[float, str]]) -> float:
+    """When the fault under way at ``elapsed`` ended, by the times the faults were switched
+    (``switches``: (elapsed, the state switched to); the loop switches them up to 5 s after
+    the schedule); ``elapsed`` itself outside a fault."""
+    start = None
+    for at, now in switches:
+        if at > elapsed:
+            return at if start is not None else elapsed
+        start = at if now != "ok" else None
+    return math.inf if start is not None else elapsed  # still under way
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -303,7 +307,7 @@ def main() -> None:
     state: dict[str, Any] = {
         "rss": [], "backwards": [], "scrapes": 0, "scrape_fail": 0, "burst_fail": 0,
         "health": {}, "health_codes": {}, "reports": [], "no_engine": [], "nvml_raised": 0,
-        "events": [],
+        "events": [], "switches": [],
     }  # fmt: skip
     stop = threading.Event()
 
@@ -427,7 +431,8 @@ def main() -> None:
         lines.append(f"  (start s, length s, fault): {state['no_engine'][:12]}")
         # A recording may lose engine data during a fault, and for the one read after it
         # (the page is read once a second, answers in up to 2 s): never much beyond it.
-        beyond = [g for g in state["no_engine"] if g[0] + g[1] > fault_end(g[0]) + 3.0]
+        switches = state["switches"]
+        beyond = [g for g in state["no_engine"] if g[0] + g[1] > fault_end(g[0], switches) + 3.0]
         lines.append(
             f"  spans that outlast their fault by more than 3 s: {len(beyond)} {beyond[:12]}"
         )
@@ -448,6 +453,7 @@ def main() -> None:
             now_fault = fault_at(el)
             if now_fault != fault:
                 state["events"].append(f"{el:.0f}s {fault}->{now_fault}")
+                state["switches"].append((el, now_fault))
                 if now_fault == "down":
                     server.stop()
                 elif fault == "down":
