@@ -25,6 +25,11 @@ Listener = Callable[[Snapshot], None]
 Part = Reading | Callable[[], Reading]
 
 
+def _failed(name: str, exc: Exception) -> Reading:
+    log.warning("source %s failed: %s", name, exc)
+    return Reading(errors=(SourceError(name, "", f"{type(exc).__name__}: {exc}"),))
+
+
 @dataclass(frozen=True, slots=True)
 class _Waiting:
     """A tick whose readings are not all made yet (see Sampler's digest_every_s)."""
@@ -102,8 +107,7 @@ class Sampler:
         try:
             return source.read()
         except Exception as exc:  # a source must not raise, but a bug must not kill sampling
-            log.warning("source %s failed: %s", source.name, exc)
-            return Reading(errors=(SourceError(source.name, "", f"{type(exc).__name__}: {exc}"),))
+            return _failed(source.name, exc)
 
     def _read_later(self, source: Source) -> Part:
         later = getattr(source, "read_later", None)
@@ -113,8 +117,7 @@ class Sampler:
             made: Callable[[], Reading] = later()
             return made
         except Exception as exc:
-            log.warning("source %s failed: %s", source.name, exc)
-            return Reading(errors=(SourceError(source.name, "", f"{type(exc).__name__}: {exc}"),))
+            return _failed(source.name, exc)
 
     @staticmethod
     def _made(name: str, part: Part) -> Reading:
@@ -123,8 +126,7 @@ class Sampler:
         try:
             return part()
         except Exception as exc:  # as _read_one: a bug costs one reading, not the sampler
-            log.warning("source %s failed: %s", name, exc)
-            return Reading(errors=(SourceError(name, "", f"{type(exc).__name__}: {exc}"),))
+            return _failed(name, exc)
 
     def _read_parts(self, later: bool) -> list[tuple[str, Part]]:
         read = self._read_later if later else self._read_one

@@ -384,15 +384,12 @@ class PageLayout:
         joined = " ".join(texts)
         if max(map(len, texts)) > _MAX_NUMBER_CHARS:
             return None
-        if _NOT_DECIMAL.search(joined) is None:
-            try:
-                values = list(map(float, texts))
-            except ValueError:
-                return None
-        elif _NUMBERS_ONLY.fullmatch(joined) is None:
+        if _NOT_DECIMAL.search(joined) is not None and _NUMBERS_ONLY.fullmatch(joined) is None:
             return None
-        else:
+        try:
             values = list(map(float, texts))
+        except ValueError:  # digits and signs that are no number ("1e", "--1")
+            return None
         if "-" in joined:
             for i, number in enumerate(texts):
                 if number[0] == "-" and not values[i] and number[1:].isdigit():

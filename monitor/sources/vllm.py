@@ -623,14 +623,7 @@ class VllmSource:
         return None
 
     def read(self) -> Reading:
-        try:
-            found = self._parse()
-        except EndpointError as exc:
-            return self._error(str(exc))
-        except Exception as exc:  # a bug must cost one reading, not the sampler
-            log.warning("parsing %s failed", self.shown_url, exc_info=True)
-            return self._error(f"cannot read {self.shown_url}: {type(exc).__name__}: {exc}")
-        return self._reading(found, self.config.caps())
+        return self._made(self._parse, self.config.caps)
 
     def read_later(self) -> Callable[[], Reading]:
         """The page fetched now, parsed when the reading is asked for (the sampler's
@@ -647,18 +640,21 @@ class VllmSource:
             return lambda: failed
         caps = self.config.caps()  # asks the server now and then: in the tick, not later
         url, tables, memo = self.shown_url, self._tables, self._memo
+        return lambda: self._made(lambda: engines_from_text(text, url, tables, memo), lambda: caps)
 
-        def made() -> Reading:
-            try:
-                found = engines_from_text(text, url, tables, memo)
-            except EndpointError as exc:
-                return self._error(str(exc))
-            except Exception as exc:
-                log.warning("parsing %s failed", url, exc_info=True)
-                return self._error(f"cannot read {url}: {type(exc).__name__}: {exc}")
-            return self._reading(found, caps)
-
-        return made
+    def _made(
+        self,
+        parse: Callable[[], tuple[tuple[EngineSample, ...], int]],
+        caps: Callable[[], ReportedCaps | None],
+    ) -> Reading:
+        try:
+            found = parse()
+        except EndpointError as exc:
+            return self._error(str(exc))
+        except Exception as exc:  # a bug must cost one reading, not the sampler
+            log.warning("parsing %s failed", self.shown_url, exc_info=True)
+            return self._error(f"cannot read {self.shown_url}: {type(exc).__name__}: {exc}")
+        return self._reading(found, caps())
 
     def _reading(
         self, found: tuple[tuple[EngineSample, ...], int], caps: ReportedCaps | None
