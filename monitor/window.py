@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from operator import itemgetter
 from typing import Any
 
 from monitor.samples import (
@@ -61,28 +62,63 @@ def counter_increase(values: Sequence[float | None]) -> float | None:
     return total
 
 
+def bucket_bounds(h: Histogram) -> tuple[float, ...]:
+    return tuple(map(itemgetter(0), h.buckets))
+
+
 def histogram_delta(hists: Sequence[Histogram | None]) -> Histogram | None:
-    """Observations added over consecutive readings of a cumulative histogram."""
+    """Observations added over consecutive readings of a cumulative histogram.
+
+    Between two readings the buckets can only grow, unless the server restarted: its
+    count fell (every bucket of the newer reading is new), or its buckets changed (what
+    came before the change is dropped). So a run of readings without either adds its
+    last reading less its first, one subtraction per bucket rather than one per pair:
+    buckets and counts are whole numbers (exact either way), and a sum rounds once."""
     present = [h for h in hists if h is not None]
     if len(present) < 2:
         return None
-    bounds = [le for le, _ in present[-1].buckets]
-    acc = [0.0] * len(bounds)
-    total_sum = 0.0
-    total_count = 0.0
-    for prev, cur in zip(present, present[1:]):
-        cur_bounds = [le for le, _ in cur.buckets]
-        if cur_bounds != bounds:
-            # The server changed its buckets (a restart with new settings): restart accumulation.
-            acc = [0.0] * len(bounds)
-            total_sum = total_count = 0.0
-            continue
-        reset = cur.count < prev.count or [le for le, _ in prev.buckets] != bounds
-        for i, (_, c) in enumerate(cur.buckets):
-            acc[i] += c if reset else c - prev.buckets[i][1]
-        total_sum += cur.sum if reset else cur.sum - prev.sum
-        total_count += cur.count if reset else cur.count - prev.count
+    bounds = bucket_bounds(present[-1])
+    # Readings before the last one with other buckets are dropped; the one after it counts
+    # whole (as after a restart).
+    start, base = 0, present[0]
+    for i in range(len(present) - 2, -1, -1):
+        if bucket_bounds(present[i]) != bounds:
+            start, base = i + 1, None
+            break
+    runs: list[tuple[Histogram | None, Histogram]] = []
+    end = present[start]
+    for cur in present[start + 1 :]:
+        if cur.count < end.count:  # a restart: the run so far ends at the reading before it
+            runs.append((base, end))
+            base = None
+        end = cur
+    if not runs:
+        return run_delta(bounds, base, end)
+    runs.append((base, end))
+    acc, total_sum, total_count = _run(*runs[0])
+    for run in runs[1:]:
+        more, more_sum, more_count = _run(*run)
+        acc = [a + m for a, m in zip(acc, more)]
+        total_sum += more_sum
+        total_count += more_count
     return Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
+
+
+def run_delta(bounds: tuple[float, ...], base: Histogram | None, end: Histogram) -> Histogram:
+    """What a run of readings with ``bounds`` and no restart added: its last reading less
+    its first (``base``; None where the run began with a restart, and counts whole)."""
+    acc, total_sum, total_count = _run(base, end)
+    return Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
+
+
+def _run(base: Histogram | None, end: Histogram) -> tuple[list[float], float, float]:
+    if base is None:
+        return [c for _, c in end.buckets], end.sum, end.count
+    return (
+        [c - b for (_, c), (_, b) in zip(end.buckets, base.buckets)],
+        end.sum - base.sum,
+        end.count - base.count,
+    )
 
 
 def histogram_quantile(q: float, hist: Histogram | None) -> float | None:

@@ -3,15 +3,16 @@
 ``compute_window`` re-aggregates every snapshot of the window, so a tick's cost grew
 with the window (100 ms ticks over 10 s: a hundred histograms re-differenced each
 tick). ``LiveWindow`` holds running sums, monotonic deques for the extremes and
-histogram deltas per pair of readings, added when a snapshot enters and taken off
-when it leaves, and gives the same ``WindowStats`` that ``compute_window`` gives over
+each histogram's readings with a count of the restarts among them (without one, the
+window's delta is its newest reading less its oldest), kept as snapshots enter and
+leave, and gives the same ``WindowStats`` that ``compute_window`` gives over
 the same snapshots (tests/core/test_window_live.py replays readings through both).
 
 Means and float sums are summed from their values when asked (once a step), in the
 order the full recomputation sums them: a running float total that is added to and taken
 from drifts by a few ulps, enough to turn 0.285 into 0.28500000000000003 and a "28%" in a
-verdict into "29%". What costs per reading stays incremental: histogram buckets (counts,
-exact in floats), extremes, series and the pairing of counter readings.
+verdict into "29%". What costs per reading stays incremental: extremes, series, the
+pairing of counter readings and whether a histogram restarted.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ from monitor.window import (
     WindowStats,
     _engine_key,
     _gpu_key,
+    bucket_bounds,
     compute_window,
     engine_window_of,
     gpu_window_of,
     histogram_delta,
     host_window,
+    run_delta,
 )
 
 
@@ -170,79 +173,50 @@ class _CounterIncrease:
 
 
 class _HistogramDelta:
-    """``histogram_delta`` over the window: per pair of readings the buckets added (all
-    of the newer reading where the count fell: a restart), summed. Readings whose
-    bounds differ (a restart with new buckets) are rare: then the deltas are summed
-    afresh from the readings."""
+    """``histogram_delta`` over the window. A run of readings without a restart adds its
+    last less its first, so while the window holds none (a count that fell, buckets that
+    changed), the delta is the newest reading less the oldest: each reading costs a
+    comparison when it enters, and the buckets are subtracted only when asked. With a
+    restart in the window (rare), the delta is made from the readings as histogram_delta
+    makes it."""
 
-    __slots__ = ("items", "acc", "acc_sum", "acc_count", "changes")
+    __slots__ = ("items", "breaks")
 
     def __init__(self) -> None:
-        # (seq, bounds, histogram, its contribution: (bucket deltas, sum, count) or None)
-        self.items: deque[tuple[int, tuple[float, ...], Histogram, Any]] = deque()
-        # Bucket and count deltas are whole numbers: exact in floats whatever the order.
-        self.acc: list[float] = []
-        self.acc_count = 0.0
-        self.acc_sum = _LoopSum()  # the sums' deltas are not: summed in order when asked
-        self.changes = 0  # pairs whose bounds differ
-
-    def _apply(self, contrib: Any, sign: float) -> None:
-        buckets, _, c = contrib
-        acc = self.acc
-        if len(acc) != len(buckets):
-            self.acc = acc = [0.0] * len(buckets)
-        for i, v in enumerate(buckets):
-            acc[i] += sign * v
-        self.acc_count += sign * c
+        # (seq, bounds, histogram, whether it breaks the run: a restart or other buckets)
+        self.items: deque[tuple[int, tuple[float, ...], Histogram, bool]] = deque()
+        self.breaks = 0  # readings in the window, but the oldest, that break the run
 
     def add(self, seq: int, h: Histogram | None) -> None:
         if h is None:
             return
-        bounds = tuple(le for le, _ in h.buckets)
-        contrib = None
+        bounds = bucket_bounds(h)
+        broken = False
         if self.items:
             _, pbounds, prev, _ = self.items[-1]
-            if pbounds != bounds:
-                self.changes += 1
-            else:
-                if h.count < prev.count:
-                    contrib = ([c for _, c in h.buckets], h.sum, h.count)
-                else:
-                    contrib = (
-                        [c - p for (_, c), (_, p) in zip(h.buckets, prev.buckets)],
-                        h.sum - prev.sum,
-                        h.count - prev.count,
-                    )
-                self._apply(contrib, 1.0)
-                self.acc_sum.add(seq, contrib[1])
-        self.items.append((seq, bounds, h, contrib))
+            broken = pbounds != bounds or h.count < prev.count
+            self.breaks += broken
+        self.items.append((seq, bounds, h, broken))
 
     def evict(self, seq: int) -> None:
         items = self.items
         if not items or items[0][0] != seq:
             return
-        _, bounds, _, _ = items.popleft()
-        if not items:
-            self.acc, self.acc_count, self.changes = [], 0.0, 0
-            self.acc_sum = _LoopSum()
-            return
-        s, nbounds, h, contrib = items[0]
-        if nbounds != bounds:
-            self.changes -= 1
-        elif contrib is not None:
-            self._apply(contrib, -1.0)
-            self.acc_sum.evict(s)
-        items[0] = (s, nbounds, h, None)
+        items.popleft()
+        if items and items[0][3]:
+            # The oldest breaks nothing: with what came before it gone, the run starts there.
+            s, bounds, h, _ = items[0]
+            items[0] = (s, bounds, h, False)
+            self.breaks -= 1
 
     def value(self) -> Histogram | None:
-        if len(self.items) < 2:
+        items = self.items
+        if len(items) < 2:
             return None
-        if self.changes:
-            return histogram_delta([h for _, _, h, _ in self.items])
-        bounds = self.items[-1][1]
-        return Histogram(
-            buckets=tuple(zip(bounds, self.acc)), sum=self.acc_sum.total(), count=self.acc_count
-        )
+        if self.breaks:
+            return histogram_delta([h for _, _, h, _ in items])
+        # One run, every reading with the same buckets: what histogram_delta makes of it.
+        return run_delta(items[-1][1], items[0][2], items[-1][2])
 
 
 class _Group:

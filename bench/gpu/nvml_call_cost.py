@@ -59,6 +59,20 @@ def calls(handle: Any) -> dict[str, Callable[[], Any]]:
     }
 
 
+def power_variants(handle: Any) -> dict[str, Callable[[], Any]]:
+    """The board's power, each way NVML gives it (the agent reads nvmlDeviceGetPowerUsage)."""
+    return {
+        "power": lambda: nv.nvmlDeviceGetPowerUsage(handle),
+        "power_field_average": lambda: nv.nvmlDeviceGetFieldValues(
+            handle, [nv.NVML_FI_DEV_POWER_AVERAGE]
+        ),
+        "power_field_instant": lambda: nv.nvmlDeviceGetFieldValues(
+            handle, [nv.NVML_FI_DEV_POWER_INSTANT]
+        ),
+        "total_energy": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(handle),
+    }
+
+
 def measure(table: dict[str, Callable[[], Any]], gap: float, rounds: int) -> str:
     cpu: Counter[str] = Counter()
     wall: Counter[str] = Counter()
@@ -94,6 +108,9 @@ def main() -> None:
         print(measure(table, 0.5, 20))
         print("# back to back, 200 rounds (warm):")
         print(measure(table, 0.0, 200))
+        print("# the power, each way alone after a 0.5 s gap, 20 rounds (cold):")
+        for name, call in power_variants(handle).items():
+            print(measure({name: call}, 0.5, 20))
     finally:
         workload.kill()
 

@@ -186,3 +186,54 @@ def test_window_selects_interval() -> None:
 def test_empty_window() -> None:
     w = compute_window([])
     assert w.samples == 0 and w.gpus == () and w.engines == () and w.host is None
+
+
+def _pairwise_delta(hists: list[Histogram | None]) -> Histogram | None:
+    """histogram_delta by its definition: what each pair of readings added, summed (a
+    count that fell: all of the newer; other buckets: what came before them dropped)."""
+    present = [h for h in hists if h is not None]
+    if len(present) < 2:
+        return None
+    bounds = [le for le, _ in present[-1].buckets]
+    acc, total, count = [0.0] * len(bounds), 0.0, 0.0
+    for prev, cur in zip(present, present[1:]):
+        if [le for le, _ in cur.buckets] != bounds:
+            acc, total, count = [0.0] * len(bounds), 0.0, 0.0
+            continue
+        whole = cur.count < prev.count or [le for le, _ in prev.buckets] != bounds
+        for i, (_, c) in enumerate(cur.buckets):
+            acc[i] += c if whole else c - prev.buckets[i][1]
+        total += cur.sum if whole else cur.sum - prev.sum
+        count += cur.count if whole else cur.count - prev.count
+    return Histogram(buckets=tuple(zip(bounds, acc)), sum=total, count=count)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_histogram_delta_adds_every_pair_through_restarts_and_new_buckets(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    other = [0.05, 0.2, 1.0, math.inf]
+    readings: list[Histogram | None] = []
+    counts, bounds, total = [0.0] * 4, BOUNDS, 0.0
+    for _ in range(rng.randint(2, 14)):
+        roll = rng.random()
+        if roll < 0.1:
+            readings.append(None)  # a tick without the engine
+            continue
+        if roll < 0.25:  # the server restarted, now and then with other buckets
+            counts, total = [0.0] * 4, 0.0
+            if rng.random() < 0.4:
+                bounds = other if bounds is BOUNDS else BOUNDS
+        for _ in range(rng.randint(0, 30)):
+            i = rng.randrange(4)
+            counts[i] += 1
+            total += rng.uniform(0.0, 3.0)
+        readings.append(hist(list(counts), bounds, total))
+    got, want = histogram_delta(readings), _pairwise_delta(readings)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    assert got.buckets == want.buckets and got.count == want.count
+    assert got.sum == pytest.approx(want.sum, rel=1e-12, abs=1e-12)
