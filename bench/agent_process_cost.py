@@ -170,6 +170,10 @@ def main() -> None:
         "agent --interval 1": ([*agent, "--vllm", url, "--interval", "1"], ROOT),
         "agent --interval 1 --no-host": ([*agent, "--vllm", url, "--no-host"], ROOT),
         "agent --interval 1 --no-host, no vLLM": ([*agent, "--no-host"], ROOT),
+        "agent --interval 1 --diagnose-every 5": (
+            [*agent, "--vllm", url, "--diagnose-every", "5"],
+            ROOT,
+        ),
         "agent --interval 0.1": ([*agent, "--vllm", url, "--interval", "0.1"], ROOT),
         "agent --interval 0.1 --window 120": (
             [*agent, "--vllm", url, "--interval", "0.1", "--window", "120"],

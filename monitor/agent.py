@@ -418,14 +418,15 @@ class Agent:
             digest_every_s=DIGEST_EVERY_S if config.interval < DIGEST_EVERY_S else 0.0,
         )
         self.sampler.subscribe(self.stats.on_snapshot)
-        # At ticks under a second, verdicts are judged once a second (hysteresis counts
-        # diagnoses): the window still takes every reading. At a second or more, every tick.
+        # Verdicts are judged once a step (hysteresis counts diagnoses): every tick at a
+        # second or more, once a second under, or every diagnose_every seconds; the window
+        # still takes every reading.
         self.monitor = Monitor(
             self.sampler,
             diagnoser,
             window_s=config.window,
             notes=self.notes,
-            diagnose_every_s=1.0 if config.interval < 1.0 else 0.0,
+            diagnose_every_s=config.diagnose_every_s,
         )
         from monitor.profiling.runner import Profiler
 

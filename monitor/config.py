@@ -41,6 +41,11 @@ class AgentConfig:
     dcgm_exporter: str | None = None
     interval: float = 1.0
     window: float = 10.0
+    # Seconds between diagnoses (verdicts, window figures, the report); the window still
+    # takes every reading. None: every tick, once a second at ticks under a second. A longer
+    # step costs less (figures and diagnosis: a fifth of the agent at 1 s ticks); verdicts then
+    # take two steps to hold.
+    diagnose_every: float | None = None
     timeout: float = 2.0
     # /healthz turns 503 when the last tick is older than this (default: 3 intervals + 5 s,
     # so one machine stall does not flap a liveness probe).
@@ -87,6 +92,13 @@ class AgentConfig:
     @property
     def host_port(self) -> tuple[str, int]:
         return parse_listen(self.listen)
+
+    @property
+    def diagnose_every_s(self) -> float:
+        """The Monitor's step (0: every snapshot)."""
+        if self.diagnose_every is not None:
+            return self.diagnose_every
+        return 1.0 if self.interval < 1.0 else 0.0
 
     @property
     def stale_after_s(self) -> float:
@@ -233,7 +245,7 @@ def _urls(name: str) -> Callable[[Any], None]:
 
 
 _CHECKS: dict[str, Callable[[Any], None]] = {
-    **{n: _positive(n) for n in ("interval", "window", "timeout", "stale_after")},
+    **{n: _positive(n) for n in ("interval", "window", "timeout", "stale_after", "diagnose_every")},
     "profile_every": _at_least_zero("profile_every", "0 = never by itself"),
     "profile_rate": _profile_rate,
     "gpu_processes_every": _at_least_zero("gpu_processes_every", "0 = never"),

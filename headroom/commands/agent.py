@@ -16,7 +16,7 @@ _FLAG_FIELDS = (
     "listen", "vllm", "engine", "dcgm_exporter", "interval", "window", "timeout", "stale_after",
     "max_num_seqs", "max_num_batched_tokens", "gpu_model", "thresholds", "web_config",
     "pids", "nvml", "gpm", "dcgm", "host", "allow_profile", "profile_every", "profile_rate",
-    "gpus",
+    "gpus", "diagnose_every",
 )  # fmt: skip
 
 
@@ -88,6 +88,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument(
         "--window", type=float, metavar="S", help="diagnosis window in seconds (default 10)"
+    )
+    g.add_argument(
+        "--diagnose-every",
+        type=float,
+        metavar="S",
+        help="seconds between verdicts (default: every tick, once a second under 1 s ticks); "
+        "the window still takes every reading, and a longer step costs less",
     )
     g.add_argument(
         "--stale-after",

@@ -61,6 +61,7 @@ def test_agent_table_in_a_shared_file(tmp_path: Path) -> None:
         ("", {"HEADROOM_PIDS": "12,x"}, {}, "environment HEADROOM_PIDS: must be an integer, got 'x'"),
         ("", {}, {"gpus": [0, -1]}, "--gpu: GPU indices start at 0"),
         ("gpus: [1, 2.5]\n", {}, {}, "config {f}: gpus: must be an integer, got 2.5"),
+        ("", {"HEADROOM_DIAGNOSE_EVERY": "0"}, {}, "environment HEADROOM_DIAGNOSE_EVERY: must be > 0"),
     ],
 )  # fmt: skip
 def test_bad_values_are_one_line_errors(
@@ -148,3 +149,38 @@ def test_the_agent_watches_only_the_gpus_it_is_given(monkeypatch: pytest.MonkeyP
         source.close()
     with pytest.raises(ConfigError, match="GPU index 5 does not exist: this host has 3"):
         build_agent_sources(load_agent_config(env={}, flags={"gpus": [5], "host": False}))
+
+
+@pytest.mark.parametrize(
+    ("settings", "verdict_times"),
+    [
+        ({}, [float(t) for t in range(10)]),  # every tick at 1 s ticks
+        ({"HEADROOM_DIAGNOSE_EVERY": "3"}, [0.0, 3.0, 6.0, 9.0]),
+    ],
+)
+def test_the_agent_judges_once_a_step_and_windows_every_reading(
+    settings: dict[str, str], verdict_times: list[float]
+) -> None:
+    # diagnose_every: verdicts (and the window's figures) once a step, the window still
+    # built from every reading in it.
+    from monitor.agent import Agent
+    from monitor.samples import EngineSample, Snapshot
+
+    config = load_agent_config(env={**settings, "HEADROOM_LISTEN": "127.0.0.1:0"})
+    agent = Agent(config, sources=[])
+    try:
+        judged: list[float] = []
+        agent.monitor.listeners.append(lambda d, w: judged.append(w.end))
+        for i in range(10):
+            engine = EngineSample(
+                url="http://127.0.0.1:1/metrics", model_name="m", engine="0",
+                running=4.0, waiting=0.0, request_success_total=2.0 * i,
+            )  # fmt: skip
+            agent.sampler.push(Snapshot(t=float(i), wall=1.8e9 + i, engines=(engine,)))
+        assert judged == verdict_times
+        window = agent.monitor.window()
+        assert window is not None and window.end == verdict_times[-1]
+        assert window.engines[0].samples == int(verdict_times[-1]) + 1  # every reading
+    finally:
+        agent.sampler.close()
+        agent.server.server_close()
