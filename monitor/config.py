@@ -88,6 +88,13 @@ class AgentConfig:
                 "",
                 f"window ({self.window:g} s) must be at least the interval ({self.interval:g} s)",
             )
+        if self.diagnose_every is not None and self.diagnose_every > self.window:
+            # Windows judged further apart than they are long would leave readings unjudged.
+            raise SettingError(
+                "",
+                f"diagnose_every ({self.diagnose_every:g} s) must be at most the window "
+                f"({self.window:g} s)",
+            )
 
     @property
     def host_port(self) -> tuple[str, int]:

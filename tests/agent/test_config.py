@@ -62,6 +62,7 @@ def test_agent_table_in_a_shared_file(tmp_path: Path) -> None:
         ("", {}, {"gpus": [0, -1]}, "--gpu: GPU indices start at 0"),
         ("gpus: [1, 2.5]\n", {}, {}, "config {f}: gpus: must be an integer, got 2.5"),
         ("", {"HEADROOM_DIAGNOSE_EVERY": "0"}, {}, "environment HEADROOM_DIAGNOSE_EVERY: must be > 0"),
+        ("window: 10\n", {}, {"diagnose_every": 30.0}, "diagnose_every (30 s) must be at most the window (10 s)"),
     ],
 )  # fmt: skip
 def test_bad_values_are_one_line_errors(
