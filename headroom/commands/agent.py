@@ -116,7 +116,10 @@ def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from monitor.agent import Agent
     from monitor.config import load_agent_config
+    from monitor.malloc_arenas import limit_malloc_arenas
 
+    # Before any thread starts: a daemon's RSS must not creep over days (see the module).
+    limit_malloc_arenas()
     config = load_agent_config(args.config, flags_from_args(args))
     # The agent is a daemon: its events are INFO lines even without --verbose.
     for name in ("monitor", "headroom"):
