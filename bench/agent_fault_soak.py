@@ -95,6 +95,10 @@ def _write_atomically(path: Path, text: str) -> None:
 def run_agent(port: int, url: str, trigger: Path, late_file: Path) -> None:
     from monitor.agent import Agent, build_agent_sources
     from monitor.config import AgentConfig
+    from monitor.malloc_arenas import limit_malloc_arenas
+
+    # As `headroom agent` does before its threads start (MALLOC_ARENA_MAX, if set, wins).
+    limit_malloc_arenas()
 
     config = AgentConfig(listen=f"127.0.0.1:{port}", vllm=(url,), nvml=False)
     sources, notes = build_agent_sources(config)
