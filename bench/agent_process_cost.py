@@ -170,8 +170,10 @@ def main() -> None:
         "agent --interval 1": ([*agent, "--vllm", url, "--interval", "1"], ROOT),
         "agent --interval 1 --no-host": ([*agent, "--vllm", url, "--no-host"], ROOT),
         "agent --interval 1 --no-host, no vLLM": ([*agent, "--no-host"], ROOT),
-        "agent --interval 1 --diagnose-every 5": (
-            [*agent, "--vllm", url, "--diagnose-every", "5"],
+        # Judging every tick, as the agent did by default before judging once a step and
+        # for each read.
+        "agent --interval 1 --diagnose-every 1": (
+            [*agent, "--vllm", url, "--diagnose-every", "1"],
             ROOT,
         ),
         "agent --interval 0.1": ([*agent, "--vllm", url, "--interval", "0.1"], ROOT),

@@ -418,9 +418,8 @@ class Agent:
             digest_every_s=DIGEST_EVERY_S if config.interval < DIGEST_EVERY_S else 0.0,
         )
         self.sampler.subscribe(self.stats.on_snapshot)
-        # Verdicts are judged once a step (hysteresis counts diagnoses): every tick at a
-        # second or more, once a second under, or every diagnose_every seconds; the window
-        # still takes every reading.
+        # Verdicts are judged once a step (hysteresis counts steps), and for each read of
+        # a newer reading between steps; the window takes every reading.
         self.monitor = Monitor(
             self.sampler,
             diagnoser,

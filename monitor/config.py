@@ -23,6 +23,8 @@ from monitor.errors import ConfigError
 
 DEFAULT_PORT = 9402
 ENV_PREFIX = "HEADROOM_"
+# The agent's default step between verdicts (seconds): two steps make a cause stable.
+DIAGNOSE_EVERY_S = 5.0
 
 
 # A plain dataclass checked by hand, not a pydantic model: the agent is a daemon that
@@ -41,10 +43,10 @@ class AgentConfig:
     dcgm_exporter: str | None = None
     interval: float = 1.0
     window: float = 10.0
-    # Seconds between diagnoses (verdicts, window figures, the report); the window still
-    # takes every reading. None: every tick, once a second at ticks under a second. A longer
-    # step costs less (figures and diagnosis: a fifth of the agent at 1 s ticks); verdicts then
-    # take two steps to hold.
+    # Seconds between the agent's steps: a cause counts as stable once it holds in two
+    # steps, and the auto-profiler hears each. A reader (scrape, /api/v1/snapshot) between
+    # steps gets the latest reading judged for it. None: DIAGNOSE_EVERY_S, at most the
+    # window. Judging every 1 s tick was a fifth of the agent's CPU, for verdicts nobody read.
     diagnose_every: float | None = None
     timeout: float = 2.0
     # /healthz turns 503 when the last tick is older than this (default: 3 intervals + 5 s,
@@ -105,7 +107,7 @@ class AgentConfig:
         """The Monitor's step (0: every snapshot)."""
         if self.diagnose_every is not None:
             return self.diagnose_every
-        return 1.0 if self.interval < 1.0 else 0.0
+        return min(DIAGNOSE_EVERY_S, self.window)
 
     @property
     def stale_after_s(self) -> float:

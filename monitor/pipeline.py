@@ -2,11 +2,17 @@
 
 `snapshot`, the agent, the TUI and the sweep all hold one Monitor; each new
 snapshot enters the live window (monitor.window_live: O(1) a tick, whatever the
-window's length), the verdicts are computed once a step (every snapshot, or every
-``diagnose_every_s`` for fast ticks), and the report is built when a reader first
-asks for it; readers take the latest (an immutable, JSON-able dict) without
-touching any source. A sampler that makes its snapshots a few ticks at a time
-(the agent's: Sampler.digest_every_s) makes those waiting before a reader reads.
+window's length). Verdicts are judged once a step (every snapshot, or every
+``diagnose_every_s``): a step is what a cause's hold counts (hysteresis) and what
+listeners hear, taken on the newest reading once those being made are made (a
+digest of five ticks is judged on its last). A reader between steps gets the latest
+reading judged for it (a look that counts towards nothing), so what it reads is
+never older than the last reading however long the step; nobody reading, nothing
+is judged between steps.
+The report is built when a reader first asks for it; readers take the latest (an
+immutable, JSON-able dict) without touching any source. A sampler that makes its
+snapshots a few ticks at a time (the agent's: Sampler.digest_every_s) makes those
+waiting before a reader reads.
 """
 
 from __future__ import annotations
@@ -45,11 +51,16 @@ class Monitor:
         self._since: float | None = None
         self._restart_asked = False
         self._lock = threading.Lock()
+        # Held while the live window moves or is judged (sampler's thread, or a reader's).
+        # Re-entrant: a listener may ask for a fresh diagnosis (refresh()).
+        self._judging = threading.RLock()
+        self._judged: Snapshot | None = None  # the reading the latest verdicts are for
+        self._step_due = False
         self._diagnosis: Diagnosis | None = None
         self._report: dict[str, Any] | None = None
         self._window: WindowStats | None = None
-        # Verdicts hold over consecutive diagnoses: at 100 ms ticks, diagnosing each tick
-        # would cost more than the readings and judge nothing new (0: every snapshot).
+        # Verdicts hold over consecutive steps: at 100 ms ticks, judging each tick would
+        # cost more than the readings and judge nothing new (0: every snapshot).
         self.diagnose_every_s = diagnose_every_s
         self._live = LiveWindow(window_s, capacity=getattr(sampler, "capacity", None))
         self._live_since: float | None = None
@@ -58,6 +69,7 @@ class Monitor:
         # Called with each new diagnosis and its window (the auto-profiler listens here).
         self.listeners: list[Callable[[Diagnosis, WindowStats], None]] = []
         sampler.subscribe(self._on_snapshot)
+        sampler.on_caught_up(self._take_step)
 
     def restart(self, window_s: float | None = None) -> None:
         """What is watched changed (the demo switched scenario): windows start afresh from the
@@ -78,10 +90,16 @@ class Monitor:
             return self._cpu_profile
 
     def refresh(self) -> None:
-        """Diagnose the latest window again (a profile just arrived)."""
-        snap = self.sampler.latest()
-        if snap is not None:
-            self._on_snapshot(snap, force=True)
+        """Diagnose the latest window again (a profile just arrived): a step."""
+        self.sampler.flush()
+        with self._judging:
+            # The window's own newest reading: judging it never re-reads the ring, which
+            # would wait on the sampler's digest while holding the window.
+            snap = self._live.latest
+            if snap is None or self._restart_asked:
+                return
+            self._step_due = True
+        self._take_step()
 
     def _with_profile(self, window: WindowStats) -> WindowStats:
         prof = self.cpu_profile()
@@ -123,24 +141,57 @@ class Monitor:
         # Ticks jitter: a step falls due a little early rather than a whole tick late.
         return snap.t - self._last_step >= 0.95 * self.diagnose_every_s
 
-    def _on_snapshot(self, snap: Snapshot, force: bool = False) -> None:
-        if self._restart_asked:
-            self._restart_asked = False
-            self._since = snap.t
-            self._last_step = None
-        if not (force or self._due(snap)):
-            self._advance(snap)  # keep the window current; its stats are not needed yet
-            return
-        self._last_step = snap.t
+    def _on_snapshot(self, snap: Snapshot) -> None:
+        with self._judging:
+            if self._restart_asked:
+                self._restart_asked = False
+                self._since = snap.t
+                self._last_step = None
+            self._advance(snap)
+            if self._due(snap):
+                # Taken once the readings being made are made (Sampler.on_caught_up), on the
+                # newest: a digest of five ticks judges its last, which a reader then reads.
+                self._step_due = True
+
+    def _take_step(self) -> None:
+        with self._judging:
+            snap = self._live.latest
+            if not self._step_due or snap is None:
+                return
+            self._step_due = False
+            self._last_step = snap.t
+            diagnosis, window = self._judge(snap, step=True)
+            self._widen_for(diagnosis)
+            # In order, one step at a time: heard under the lock a reader's look waits on.
+            for listener in self.listeners:
+                listener(diagnosis, window)
+
+    def _judge(self, snap: Snapshot, step: bool) -> tuple[Diagnosis, WindowStats]:
         window = self._with_profile(self._live_window(snap))
-        diagnosis = self.diagnoser.update(window)
-        self._widen_for(diagnosis)
+        diagnoser = self.diagnoser
+        diagnosis = diagnoser.update(window) if step else diagnoser.peek(window)
         with self._lock:
+            self._judged = snap
             self._window = window
             self._diagnosis = diagnosis
             self._report = None  # built when a reader asks (report())
-        for listener in self.listeners:
-            listener(diagnosis, window)
+        return diagnosis, window
+
+    def _read(self) -> None:
+        """Bring the verdicts up to the latest reading for a reader (between steps: judged
+        for this reader and those after it, until the next reading; no hold counted)."""
+        latest = self.sampler.latest()  # makes the readings waiting (digest_every_s)
+        if latest is None or latest is self._judged:
+            return
+        with self._judging:
+            # A reading the window has not taken yet (its listener runs in another thread)
+            # is judged in its own turn; a restart waits for the next reading.
+            if latest is self._judged or latest is not self._live.latest or self._restart_asked:
+                return
+            if self._step_due:
+                self._take_step()  # due anyway: the reader reads the step
+            else:
+                self._judge(latest, step=False)
 
     def _build_report(self, window: WindowStats, diagnosis: Diagnosis) -> dict[str, Any]:
         report = build_report(window, diagnosis.verdicts, diagnosis.analyses, self.notes)
@@ -166,7 +217,7 @@ class Monitor:
             self.window_s = max(self.window_s, wanted)
 
     def report(self) -> dict[str, Any] | None:
-        self.sampler.flush()  # the ticks read but not yet made (Sampler.digest_every_s)
+        self._read()
         with self._lock:
             report, window, diagnosis = self._report, self._window, self._diagnosis
         if report is not None or window is None or diagnosis is None:
@@ -180,11 +231,11 @@ class Monitor:
         return report
 
     def diagnosis(self) -> Diagnosis | None:
-        self.sampler.flush()
+        self._read()
         with self._lock:
             return self._diagnosis
 
     def window(self) -> WindowStats | None:
-        self.sampler.flush()
+        self._read()
         with self._lock:
             return self._window

@@ -62,6 +62,9 @@ class Sampler:
         self._ring: deque[Snapshot] = deque(maxlen=capacity)
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
+        # Told when the snapshots being made are all made: after a push of one, or after a
+        # digest's last (a Monitor takes a step due meanwhile on the newest of them).
+        self._caught_up: list[Callable[[], None]] = []
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         # HTTP sources block on the network: read them side by side so one slow
@@ -95,6 +98,7 @@ class Sampler:
         self._waiting: deque[_Waiting] = deque()
         self._digest_lock = threading.RLock()
         self._digesting = False
+        self._digest_owner = 0  # the thread digesting (pushes from others are their own batch)
 
     @property
     def capacity(self) -> int | None:
@@ -102,6 +106,18 @@ class Sampler:
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+    def on_caught_up(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` once the snapshots being made are made: after each push, and after
+        the last snapshot of a digest (in the thread that made them)."""
+        self._caught_up.append(hook)
+
+    def _tell_caught_up(self) -> None:
+        for hook in self._caught_up:
+            try:
+                hook()
+            except Exception:
+                log.exception("caught-up hook failed")
 
     def _read_one(self, source: Source) -> Reading:
         try:
@@ -174,11 +190,16 @@ class Sampler:
             if self._digesting:
                 return
             self._digesting = True
+            self._digest_owner = threading.get_ident()
             try:
+                made = False
                 while self._waiting:
                     w = self._waiting.popleft()
                     readings = [self._made(name, part) for name, part in w.parts]
                     self.push(self._snapshot(w.t, w.wall, w.duration_s, readings, w.load))
+                    made = True
+                if made:
+                    self._tell_caught_up()
             finally:
                 self._digesting = False
 
@@ -256,6 +277,8 @@ class Sampler:
                 listener(snap)
             except Exception:
                 log.exception("snapshot listener failed")
+        if not (self._digesting and self._digest_owner == threading.get_ident()):
+            self._tell_caught_up()
 
     def snapshots(self) -> tuple[Snapshot, ...]:
         self.flush()

@@ -93,8 +93,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--diagnose-every",
         type=float,
         metavar="S",
-        help="seconds between verdicts (default: every tick, once a second under 1 s ticks); "
-        "the window still takes every reading, and a longer step costs less",
+        help="seconds between the steps a verdict's hold counts (default 5, at most the "
+        "window); each read (a scrape, /api/v1/snapshot) still judges the latest reading",
     )
     g.add_argument(
         "--stale-after",

@@ -43,6 +43,9 @@ class Diagnoser:
         # requests queue, and the cap is still the cap once the load eases.
         self._seen_caps: dict[str, SeenCap] = {}
 
+        # When each cause a peek saw was first seen, while peeks keep seeing it: a cause seen
+        # between steps is dated from its first sight, not from the step that counts it.
+        self._peeked: dict[tuple[str, str], float] = {}
         self._reset_asked = False
 
     def reset(self) -> None:
@@ -50,35 +53,60 @@ class Diagnoser:
         self._reset_asked = True
 
     def update(self, window: WindowStats) -> Diagnosis:
+        """Judge ``window``, the next in the run: the verdicts held over the windows before."""
         if self._reset_asked:
             self._reset_asked = False
             self._tracks.clear()
             self._seen_caps.clear()
+            self._peeked.clear()
+        diagnosis = self._judge(window, self._tracks, self._seen_caps)
+        self._peeked = {}
+        return diagnosis
+
+    def peek(self, window: WindowStats) -> Diagnosis:
+        """What ``update(window)`` would say, remembering nothing of it: a reader's look at
+        the latest window between steps must not count towards a cause's hold."""
+        if self._reset_asked:
+            tracks: dict[tuple[str, str], _Track] = {}
+            diagnosis = self._judge(window, tracks, {})
+        else:
+            tracks = {key: dataclasses.replace(t) for key, t in self._tracks.items()}
+            diagnosis = self._judge(window, tracks, dict(self._seen_caps))
+        self._peeked = {key: t.since for key, t in tracks.items() if not t.absent}
+        return diagnosis
+
+    def _judge(
+        self,
+        window: WindowStats,
+        tracks: dict[tuple[str, str], _Track],
+        seen_caps: dict[str, SeenCap],
+    ) -> Diagnosis:
         th = self.thresholds
-        raw = diagnose(window, th, self.caps, self._seen_caps, reconcile=False)
+        raw = diagnose(window, th, self.caps, seen_caps, reconcile=False)
         for scope, a in raw.analyses.items():
             if a.get("seq_cap_origin") == "inferred" and a.get("seq_cap") is not None:
-                self._seen_caps[scope] = SeenCap(int(a["seq_cap"]), window.wall_end)
+                seen_caps[scope] = SeenCap(int(a["seq_cap"]), window.wall_end)
         now = {(v.cause, v.scope): v for v in raw.verdicts}
         for key, v in now.items():
-            track = self._tracks.get(key)
+            track = tracks.get(key)
             if track is None:
-                track = self._tracks[key] = _Track(since=window.wall_end, last=v)
+                since = self._peeked.get(key, window.wall_end)
+                track = tracks[key] = _Track(since=since, last=v)
             track.held += 1
             track.absent = 0
             track.last = v
             if track.held >= th.enter_windows:
                 track.stable = True
-        for key in [k for k in self._tracks if k not in now]:
-            track = self._tracks[key]
+        for key in [k for k in tracks if k not in now]:
+            track = tracks[key]
             track.absent += 1
             track.held = 0
             # A pending cause that lapses starts over; a stable one waits out clear_windows.
             if not track.stable or track.absent >= th.clear_windows:
-                del self._tracks[key]
+                del tracks[key]
         stable: list[Verdict] = []
         pending: list[Verdict] = []
-        for track in self._tracks.values():
+        for track in tracks.values():
             v = dataclasses.replace(track.last, since=track.since)
             if track.stable:
                 if track.absent:

@@ -155,15 +155,16 @@ def test_the_agent_watches_only_the_gpus_it_is_given(monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize(
     ("settings", "verdict_times"),
     [
-        ({}, [float(t) for t in range(10)]),  # every tick at 1 s ticks
-        ({"HEADROOM_DIAGNOSE_EVERY": "3"}, [0.0, 3.0, 6.0, 9.0]),
+        ({}, [0.0, 5.0]),  # the default step, 5 s
+        ({"HEADROOM_WINDOW": "3"}, [0.0, 3.0, 6.0, 9.0]),  # at most the window
+        ({"HEADROOM_DIAGNOSE_EVERY": "2"}, [0.0, 2.0, 4.0, 6.0, 8.0]),
     ],
 )
-def test_the_agent_judges_once_a_step_and_windows_every_reading(
+def test_the_agent_judges_once_a_step_and_a_reader_gets_the_latest_reading(
     settings: dict[str, str], verdict_times: list[float]
 ) -> None:
-    # diagnose_every: verdicts (and the window's figures) once a step, the window still
-    # built from every reading in it.
+    # Steps (what a cause's hold counts, what listeners hear) come once a step; the window
+    # is built from every reading in it, and a reader gets the newest one judged.
     from monitor.agent import Agent
     from monitor.samples import EngineSample, Snapshot
 
@@ -180,8 +181,12 @@ def test_the_agent_judges_once_a_step_and_windows_every_reading(
             agent.sampler.push(Snapshot(t=float(i), wall=1.8e9 + i, engines=(engine,)))
         assert judged == verdict_times
         window = agent.monitor.window()
-        assert window is not None and window.end == verdict_times[-1]
-        assert window.engines[0].samples == int(verdict_times[-1]) + 1  # every reading
+        assert window is not None and window.end == 9.0
+        # every reading in the window, and the one before it
+        assert window.engines[0].samples == min(10, int(config.window) + 2)
+        report = agent.monitor.report()
+        assert report is not None and report["time"] == 1.8e9 + 9
+        assert judged == verdict_times  # reading is no step
     finally:
         agent.sampler.close()
         agent.server.server_close()

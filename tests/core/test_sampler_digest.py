@@ -274,3 +274,41 @@ def test_a_reader_that_makes_every_tick_while_one_is_read_does_not_stop_the_tick
         sampler._tick_later()
         box.now += 1.0
     assert len(sampler.snapshots()) == 7 == page.made
+
+
+def test_a_step_due_in_a_digest_judges_its_newest_reading_which_a_reader_then_reads() -> None:
+    # The agent's pace: ticks every second, made five at a time or when read, verdicts
+    # stepped every 5 s. A scraper reading every 5 s reads the step itself: no look of
+    # its own between steps.
+    from monitor.diagnosis import Diagnoser
+
+    class Counting(Diagnoser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.peeks = 0
+
+        def peek(self, window):  # type: ignore[no-untyped-def]
+            self.peeks += 1
+            return super().peek(window)
+
+    box = Box()
+    sampler = Sampler([GpuSource(box), PageSource(box)], interval=1.0, clock=lambda: box.now,
+                      wall=lambda: box.wall, digest_every_s=5.0)  # fmt: skip
+    diagnoser = Counting()
+    monitor = Monitor(sampler, diagnoser, window_s=10.0, diagnose_every_s=5.0)
+    steps: list[float] = []
+    monitor.listeners.append(lambda d, w: steps.append(w.end))
+    reads: list[tuple[float, float]] = []
+
+    def between(i: int) -> None:
+        if i % 5 == 0:
+            report = monitor.report()
+            newest = sampler.snapshots()[-1]
+            assert report is not None
+            reads.append((report["time"], newest.wall))
+
+    sampler._stop = Ticks(sampler, box, 30, between)  # type: ignore[assignment]
+    sampler.run()
+    assert [t for t, _ in reads] == [newest for _, newest in reads]  # the newest reading
+    assert diagnoser.peeks == 0  # each read found the step on it
+    assert len(steps) == 6 and all(b - a >= 4.75 for a, b in zip(steps, steps[1:]))
