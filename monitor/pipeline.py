@@ -56,6 +56,7 @@ class Monitor:
         self._judging = threading.RLock()
         self._judged: Snapshot | None = None  # the reading the latest verdicts are for
         self._step_due = False
+        self._due_at = 0.0  # the reading that made the waiting step due
         self._diagnosis: Diagnosis | None = None
         self._report: dict[str, Any] | None = None
         self._window: WindowStats | None = None
@@ -147,11 +148,16 @@ class Monitor:
                 self._restart_asked = False
                 self._since = snap.t
                 self._last_step = None
+                self._step_due = False  # what was watched before is not judged
+            elif self._step_due and snap.t - self._due_at >= 0.95 * self.diagnose_every_s:
+                # The step waiting on the last reading is a whole step old: taken on it, so
+                # a digest of several steps' readings is judged at each step.
+                self._take_step()
             self._advance(snap)
-            if self._due(snap):
+            if not self._step_due and self._due(snap):
                 # Taken once the readings being made are made (Sampler.on_caught_up), on the
                 # newest: a digest of five ticks judges its last, which a reader then reads.
-                self._step_due = True
+                self._step_due, self._due_at = True, snap.t
 
     def _take_step(self) -> None:
         with self._judging:
