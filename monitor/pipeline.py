@@ -67,7 +67,8 @@ class Monitor:
         self._live_since: float | None = None
         self._last_step: float | None = None
         self._cpu_profile: Any = None  # monitor.profiling.stacks.CpuProfile
-        # Called with each new diagnosis and its window (the auto-profiler listens here).
+        # Called with each step's diagnosis and its window (the auto-profiler listens here),
+        # in order, holding the window: a listener must not wait on the sampler.
         self.listeners: list[Callable[[Diagnosis, WindowStats], None]] = []
         sampler.subscribe(self._on_snapshot)
         sampler.on_caught_up(self._take_step)
