@@ -9,13 +9,13 @@ from monitor.sampler import Sampler
 from monitor.samples import EngineSample, Snapshot
 
 
-def _snap(t: float, done: float, running: float = 8.0) -> Snapshot:
+def _snap(t: float, done: float, running: float = 8.0, waiting: float = 0.0) -> Snapshot:
     e = EngineSample(
         url="http://127.0.0.1:1/metrics",
         model_name="m",
         engine="0",
         running=running,
-        waiting=0.0,
+        waiting=waiting,
         request_success_total=done,
     )
     return Snapshot(t=t, wall=1_800_000_000.0 + t, engines=(e,))
@@ -75,15 +75,7 @@ def test_a_longer_window_takes_readings_already_in_the_ring() -> None:
 
 def _plateau(t: float) -> Snapshot:
     # Eight running, twenty waiting, two requests done a second: a sequence cap.
-    e = EngineSample(
-        url="http://127.0.0.1:1/metrics",
-        model_name="m",
-        engine="0",
-        running=8.0,
-        waiting=20.0,
-        request_success_total=2.0 * t,
-    )
-    return Snapshot(t=t, wall=1_800_000_000.0 + t, engines=(e,))
+    return _snap(t, 2.0 * t, waiting=20.0)
 
 
 def _run(read_every_tick: bool) -> tuple[list[tuple[float, list[tuple[str, float]]]], list]:
