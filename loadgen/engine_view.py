@@ -46,6 +46,9 @@ class EngineView:
     # The first engine's headroom figure and TTFT parts over the hold (figures.engine_analysis).
     headroom: dict[str, Any] | None = None
     ttft_parts: dict[str, Any] | None = None
+    # Readings of the engine's gauges over the hold (the fewest of any engine): what the
+    # in-flight mean's resolution is.
+    readings: int | None = None
 
     @property
     def in_flight(self) -> float | None:
@@ -102,4 +105,5 @@ def engine_view(window: WindowStats) -> EngineView:
         verdicts=verdicts,
         headroom=first.get("headroom"),
         ttft_parts=first.get("ttft_parts"),
+        readings=min((e.samples for e in es), default=None),
     )

@@ -275,6 +275,7 @@ class Sweep:
             ev.in_flight if ev is not None else None,
             cs.littles_law_in_flight,
             c.littles_tolerance,
+            ev.readings if ev is not None else None,
         )
         if self.trace:
             # A replay has no steady state (bursts, a ramp down at its end): the three views

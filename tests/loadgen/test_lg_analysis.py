@@ -236,6 +236,27 @@ def test_littles_law(client, engine, lw, ok) -> None:
         assert dev > 0.15
 
 
+@pytest.mark.parametrize(
+    ("client", "engine", "lw", "readings", "ok"),
+    [
+        # One stream, 5 readings, one of them between a finish and the next send.
+        (1.0, 0.8, None, 5, True),
+        (1.0, 0.8, None, None, False),  # resolution unknown: the tolerance alone
+        (1.0, 0.6, None, 5, False),  # two readings of five: more than its resolution
+        (2.0, 1.6, 1.98, 5, True),
+        (16.0, 12.0, 16.0, 4, False),  # a quarter of a request does not cover four
+        (1.0, 0.8, 0.6, 5, False),  # the client's two views disagree: no reading excuses that
+        (16.0, 13.0, 16.0, 30, False),  # 30 readings (the default step): the tolerance
+    ],
+)
+def test_littles_law_allows_the_engine_readings_resolution(client, engine, lw, readings, ok
+                                                           ) -> None:  # fmt: skip
+    dev, got = littles_law(client, engine, lw, 0.15, engine_readings=readings)
+    assert got is ok
+    views = [v for v in (client, engine, lw) if v is not None]
+    assert dev == pytest.approx((max(views) - min(views)) / max(views))  # reported as measured
+
+
 def _drive(plan: AdaptivePlan, cap: int = 12, resume_each_step: bool = False
            ) -> tuple[list[int], list[StepResult]]:  # fmt: skip
     """Run the plan against an engine that runs `cap` at most: 100 tok/s per stream up to it.
