@@ -97,8 +97,8 @@ class Sampler:
         self.digest_every_s = digest_every_s
         self._waiting: deque[_Waiting] = deque()
         self._digest_lock = threading.RLock()
-        self._digesting = False
-        self._digest_owner = 0  # the thread digesting (pushes from others are their own batch)
+        # The thread digesting, 0 when none (pushes from other threads are their own batch).
+        self._digest_owner = 0
 
     @property
     def capacity(self) -> int | None:
@@ -187,9 +187,8 @@ class Sampler:
         """Make the snapshots of the ticks read but not yet made, in order, and tell the
         listeners (in the calling thread). Re-entered from a listener: returns at once."""
         with self._digest_lock:
-            if self._digesting:
+            if self._digest_owner:
                 return
-            self._digesting = True
             self._digest_owner = threading.get_ident()
             try:
                 made = False
@@ -201,7 +200,7 @@ class Sampler:
                 if made:
                     self._tell_caught_up()
             finally:
-                self._digesting = False
+                self._digest_owner = 0
 
     def _snapshot(
         self,
@@ -277,7 +276,7 @@ class Sampler:
                 listener(snap)
             except Exception:
                 log.exception("snapshot listener failed")
-        if not (self._digesting and self._digest_owner == threading.get_ident()):
+        if self._digest_owner != threading.get_ident():
             self._tell_caught_up()
 
     def snapshots(self) -> tuple[Snapshot, ...]:
