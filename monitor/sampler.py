@@ -235,11 +235,20 @@ class Sampler:
         futures: list[tuple[int, Future[Part]]] = []
         fresh: list[Future[Part]] = []  # asked this tick: waited for, within the limit
         local: list[int] = []
+        # A read that outlasted its tick and has ended since (a slow page, a timeout): what
+        # it got, should this tick's own ask not answer in time.
+        ended: dict[int, Future[Part]] = {}
         now = self._clock()
         for i, source in enumerate(self.sources):
             fut = self._pending.pop(i, None)
+            due = getattr(source, "due", None)
+            if fut is not None and fut.done() and (due is None or due()):
+                # Ask again now rather than a tick later: after a fault the source's first
+                # reading is this tick's, and a page slower than a tick is read every
+                # other tick, not every third; still one request in flight at a time.
+                ended[i] = fut
+                fut = None
             if fut is None:
-                due = getattr(source, "due", None)
                 if source.name in self.inline or (due is not None and not due()):
                     local.append(i)  # a paced source between reads answers at once
                     continue
@@ -258,6 +267,8 @@ class Sampler:
                 self._pending_since.pop(i, None)
             else:
                 self._pending[i] = fut
+                if i in ended:
+                    got[i] = ended[i].result()
         # In the sources' order, as map gives them.
         return [(self.sources[i].name, got[i]) for i in sorted(got)]
 
@@ -265,7 +276,11 @@ class Sampler:
         """The sources whose read has not returned, and for how long (seconds)."""
         now = self._clock()
         pending = dict(self._pending_since)
-        return [(self.sources[i], now - t) for i, t in pending.items() if i in self._pending]
+        return [
+            (self.sources[i], now - t)
+            for i, t in pending.items()
+            if (fut := self._pending.get(i)) is not None and not fut.done()
+        ]
 
     def push(self, snap: Snapshot) -> None:
         """Append a snapshot (from a tick, or from a replay) and tell the listeners."""

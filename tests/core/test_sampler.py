@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from monitor.sampler import Sampler
 from monitor.samples import EngineSample, SourceError
@@ -145,3 +146,71 @@ def test_window_includes_baseline_before_start() -> None:
     w = s.window(seconds=0.0)
     # even a zero-length window keeps one earlier sample as the baseline for rates
     assert w.samples == 2
+
+
+class GatedSource:
+    """An engine page whose reads answer when the test says: a fault's slow page on demand."""
+
+    name = "vllm"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.gates: dict[int, threading.Event] = {}  # call number -> held until set
+
+    def read(self) -> Reading:
+        self.calls += 1
+        n = self.calls
+        gate = self.gates.get(n)
+        if gate is not None and not gate.wait(10):
+            raise AssertionError("the test never let this read answer")
+        if gate is not None:
+            return Reading(errors=(SourceError("vllm", "u", f"read {n} timed out"),))
+        return Reading(engines=(EngineSample(url="u", model_name="m", engine="0", running=n),))
+
+    def close(self) -> None:
+        pass
+
+
+def _until(check: Callable[[], object], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.005)
+
+
+def test_a_read_that_outlasted_its_tick_is_asked_again_when_it_ends() -> None:
+    """A page slower than a tick: one request in flight while it hangs, and once it ends
+    the next tick asks afresh, so the first reading after the fault is that tick's."""
+    src = GatedSource()
+    src.gates[1] = threading.Event()
+    s = Sampler([src], interval=1.0, max_wait_s=0.05)
+    first = s.tick()
+    assert not first.engines and src.calls == 1
+    s.tick()  # still hanging: not asked twice
+    assert src.calls == 1
+    src.gates[1].set()
+    _until(lambda: not s.stuck())
+    s.max_wait_s = 5.0  # the fresh ask answers at once; room for a stalled machine
+    after = s.tick()
+    assert src.calls == 2
+    assert [e.running for e in after.engines] == [2] and not after.errors
+    s.close()
+
+
+def test_when_the_fresh_ask_hangs_the_tick_takes_what_the_ended_read_got() -> None:
+    src = GatedSource()
+    src.gates[1], src.gates[2] = threading.Event(), threading.Event()
+    s = Sampler([src], interval=1.0, max_wait_s=0.05)
+    s.tick()
+    src.gates[1].set()
+    _until(lambda: not s.stuck())
+    snap = s.tick()  # asks again (call 2 hangs): this tick says what call 1 ended with
+    assert src.calls == 2
+    assert [e.message for e in snap.errors] == ["read 1 timed out"] and not snap.engines
+    assert [source.name for source, _ in s.stuck()] == ["vllm"]
+    src.gates[2].set()
+    _until(lambda: not s.stuck())
+    s.max_wait_s = 5.0
+    snap = s.tick()
+    assert src.calls == 3 and [e.running for e in snap.engines] == [3]
+    s.close()
