@@ -244,8 +244,8 @@ class Sampler:
             due = getattr(source, "due", None)
             if fut is not None and fut.done() and (due is None or due()):
                 # Ask again now rather than a tick later: after a fault the source's first
-                # reading is this tick's, and a page slower than a tick is read every
-                # other tick, not every third; still one request in flight at a time.
+                # reading is this tick's, and a slow page is read as often as it answers;
+                # still one request in flight at a time.
                 ended[i] = fut
                 fut = None
             if fut is None:
