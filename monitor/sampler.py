@@ -144,7 +144,9 @@ class Sampler:
         except Exception as exc:  # as _read_one: a bug costs one reading, not the sampler
             return _failed(name, exc)
 
-    def _read_parts(self, later: bool) -> list[tuple[str, Part]]:
+    def _read_parts(self, later: bool) -> tuple[list[tuple[str, Part]], float | None]:
+        """Each source's part, and when the tick's own sources had been read (None: when
+        every read has returned, which is now)."""
         read = self._read_later if later else self._read_one
         if len(self.sources) == 1 and self.max_wait_s is None:
             parts: list[Part] = [read(self.sources[0])]
@@ -154,27 +156,36 @@ class Sampler:
             names = [s.name for s in self.sources]
         else:
             return self._read_within(self.max_wait_s, read)
-        return list(zip(names, parts))
+        return list(zip(names, parts)), None
+
+    def _stamp(self, t0: float, read_at: float | None) -> tuple[float, float, float]:
+        """The tick's time (monotonic and wall) and how long its reads took."""
+        t1 = self._clock()
+        wall = self._wall()
+        # Waiting within max_wait_s on a slow page must not date the GPUs' and the host's
+        # readings up to 0.8 of an interval late: their rates would swing tick to tick.
+        t = t1 if read_at is None else read_at
+        return t, wall - (t1 - t), t1 - t0
 
     def tick(self) -> Snapshot:
         """Read every source once and append the snapshot to the ring (made at once,
         whatever digest_every_s says)."""
         self.flush()
         t0 = self._clock()
-        readings = [self._made(name, part) for name, part in self._read_parts(later=False)]
+        parts, read_at = self._read_parts(later=False)
+        readings = [self._made(name, part) for name, part in parts]
         load = self.load_provider() if self.load_provider is not None else ()
-        t1 = self._clock()
-        snap = self._snapshot(t1, self._wall(), t1 - t0, readings, load)
+        snap = self._snapshot(*self._stamp(t0, read_at), readings, load)
         self.push(snap)
         return snap
 
     def _tick_later(self) -> None:
         """Read every source once; the snapshot is made with the next digest."""
         t0 = self._clock()
-        parts = self._read_parts(later=True)
+        parts, read_at = self._read_parts(later=True)
         load = self.load_provider() if self.load_provider is not None else ()
-        t1 = self._clock()
-        self._waiting.append(_Waiting(t1, self._wall(), t1 - t0, tuple(parts), load))
+        t1, wall, took = self._stamp(t0, read_at)
+        self._waiting.append(_Waiting(t1, wall, took, tuple(parts), load))
         try:
             first = self._waiting[0].t
         except IndexError:
@@ -231,7 +242,9 @@ class Sampler:
             load=load,
         )
 
-    def _read_within(self, limit: float, read: Callable[[Source], Part]) -> list[tuple[str, Part]]:
+    def _read_within(
+        self, limit: float, read: Callable[[Source], Part]
+    ) -> tuple[list[tuple[str, Part]], float]:
         futures: list[tuple[int, Future[Part]]] = []
         fresh: list[Future[Part]] = []  # asked this tick: waited for, within the limit
         local: list[int] = []
@@ -257,6 +270,7 @@ class Sampler:
                 fresh.append(fut)
             futures.append((i, fut))
         got: dict[int, Part] = {i: read(self.sources[i]) for i in local}
+        read_at = self._clock()  # the tick's time: its own sources read, the others asked
         if fresh:
             # A read still pending from an earlier tick is not waited for again: it would
             # hold every tick it spans, and the snapshots' times would wander.
@@ -270,7 +284,7 @@ class Sampler:
                 if i in ended:
                     got[i] = ended[i].result()
         # In the sources' order, as map gives them.
-        return [(self.sources[i].name, got[i]) for i in sorted(got)]
+        return [(self.sources[i].name, got[i]) for i in sorted(got)], read_at
 
     def stuck(self) -> list[tuple[Source, float]]:
         """The sources whose read has not returned, and for how long (seconds)."""

@@ -6,6 +6,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
 from monitor.sampler import Sampler
 from monitor.samples import EngineSample, SourceError
 from monitor.sources.base import Reading
@@ -213,4 +215,43 @@ def test_when_the_fresh_ask_hangs_the_tick_takes_what_the_ended_read_got() -> No
     s.max_wait_s = 5.0
     snap = s.tick()
     assert src.calls == 3 and [e.running for e in snap.engines] == [3]
+    s.close()
+
+
+def test_a_tick_waiting_on_a_slow_page_is_dated_when_its_own_sources_were_read() -> None:
+    """The GPU and host readings of a tick that waits on a slow page are not dated at the
+    wait's end: with ticks a second apart, their rates would read 1.8 s and 0.2 s intervals."""
+    now = [0.0]
+    local_read = threading.Event()
+    stamped = threading.Event()
+    sampler_thread = threading.get_ident()
+
+    def clock() -> float:
+        if local_read.is_set() and threading.get_ident() == sampler_thread:
+            stamped.set()  # the first look at the clock after the local reads is the stamp
+        return now[0]
+
+    class Gpu:
+        name = "nvml"
+
+        def read(self) -> Reading:
+            now[0] += 0.001
+            local_read.set()
+            return Reading()
+
+        def close(self) -> None:
+            pass
+
+    class SlowPage(CountingSource):
+        def read(self) -> Reading:
+            assert stamped.wait(10)
+            now[0] += 0.5  # the page answered half a second later
+            return super().read()
+
+    s = Sampler([Gpu(), SlowPage()], interval=1.0, clock=clock, max_wait_s=5.0,
+                inline=("nvml",))  # fmt: skip
+    snap = s.tick()
+    assert snap.engines  # the page answered within the wait, in this tick
+    assert snap.t == pytest.approx(0.001)
+    assert snap.duration_s == pytest.approx(0.501)  # what the reads took, as before
     s.close()
