@@ -259,7 +259,7 @@ def _knee(ordered: Sequence[StepResult], gain_threshold: float) -> Saturation | 
     hard limit, where the curve has that shape: one step's noise moves the fitted knee a
     little, where it would move a knee read from one pair of steps by a whole doubling.
     Where the curve does not fit, the pairs decide the soft knee too."""
-    if queueing(ordered[0]):
+    if queueing(ordered[0]) and not _ran_all_at_once(ordered[0]):
         first = ordered[0]
         cause = _cause(first, None)
         return _saturation_at(
@@ -317,6 +317,14 @@ def _hard_knee(
         # threshold: whether that is past the knee is for the curve through every step to
         # say (or, where the curve does not fit, the pair: a queue is the knee there).
     return None, len(ordered)
+
+
+def _ran_all_at_once(step: StepResult) -> bool:
+    """A closed loop's engine ran every stream at once at some reading: it has room for the
+    load, and what waited waited for the next step to begin (a long prefill's step, two
+    streams: one of them waits about a quarter of its life), not for room. Whether the
+    load is past the knee is then for the steps after it to say."""
+    return step.mode == "closed" and (step.running_max or 0.0) >= load_of(step) - 0.5
 
 
 def _capped(a: StepResult, b: StepResult) -> bool:
