@@ -27,12 +27,18 @@ def _sweep(url: str, out: Path, otlp_port: int) -> dict[str, Any]:
 
 
 def _disturbance(result: dict[str, Any]) -> float:
-    """Spread of the token rate per busy slot across steps (0 = even, 1 = wildly uneven).
+    """How disturbed the run was: 1 if a step saw the machine stall, else the spread of the
+    token rate per busy slot across steps (0 = even).
 
-    Each slot decodes at about the same speed at 1, 2, 4 or 8 streams (measured here: 580-670
-    tok/s per slot), so a step far slower per slot was disturbed: the box stalled, or other
-    work took the cores. Such a step says nothing about where the server saturates.
+    On two cores the engine, its API server and the client share the CPU, so each slot
+    decodes slower as streams are added: 530 tok/s per slot at 1 stream, 290 at 4 in a CI
+    run that saw no stall (a spread of 0.45; 580-670 at every load on a quieter day). A
+    step at under 40% of the best per-slot rate lost more than that sharing explains: the
+    box stalled, or other work took the cores, and such a step says nothing about where the
+    server saturates.
     """
+    if any(s.get("host_stalls") or s.get("stalled") for s in result["steps"]):
+        return 1.0
     rates = [
         s["output_tokens_per_s"] / min(s["concurrency"], SEQ_CAP)
         for s in result["steps"]
@@ -47,10 +53,12 @@ def test_short_sweep_saturates_at_the_seq_cap(seq_cap_server: Any, tmp_path: Pat
     for attempt in range(1, 4):
         result = _sweep(seq_cap_server.url, tmp_path / f"sweep{attempt}", seq_cap_server.otlp_port)
         spread = _disturbance(result)
-        if spread <= 0.4:
+        if spread <= 0.6:
             break
         print(f"sweep {attempt} disturbed ({spread:.0%} spread of tokens/s per slot)")
-    assert _disturbance(result) <= 0.4, f"the box was too disturbed to measure: {result['steps']}"
+    assert _disturbance(result) <= 0.6, "the box was too disturbed to measure: " + json.dumps(
+        [(s["concurrency"], s["output_tokens_per_s"], s["host_stalls"]) for s in result["steps"]]
+    )
 
     assert result["stopped"] == "complete"
     steps = {s["concurrency"]: s for s in result["steps"]}
