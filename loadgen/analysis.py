@@ -298,7 +298,10 @@ def _hard_knee(
             # The engine ran more at once at b than a offered it: its limit lies between a
             # and b, and b did much more work than a, with the first requests waiting for a
             # slot.
-            cause = _cause(b, a, ordered[i + 1 :])
+            # The knee is b itself: its limit is named by the steps past it (at b the
+            # engine still ran what it was offered, and its verdict says what it was doing).
+            past = ordered[i + 1 :]
+            cause = _cause(past[0], b, past[1:]) if past else _cause(b, a)
             sat = _saturation_at(
                 b,
                 cause=cause,
