@@ -184,14 +184,14 @@ class Sampler:
         t0 = self._clock()
         parts, read_at = self._read_parts(later=True)
         load = self.load_provider() if self.load_provider is not None else ()
-        t1, wall, took = self._stamp(t0, read_at)
-        self._waiting.append(_Waiting(t1, wall, took, tuple(parts), load))
+        t, wall, took = self._stamp(t0, read_at)
+        self._waiting.append(_Waiting(t, wall, took, tuple(parts), load))
         try:
             first = self._waiting[0].t
         except IndexError:
             return  # a reader in another thread made them all meanwhile
         # Ticks jitter: a digest falls due a little early rather than a whole tick late.
-        if t1 - first >= 0.95 * self.digest_every_s:
+        if t - first >= 0.95 * self.digest_every_s:
             self.flush()
 
     def flush(self) -> None:
