@@ -168,7 +168,7 @@ class Monitor:
             self._step_due = False
             self._last_step = snap.t
             diagnosis, window = self._judge(snap, step=True)
-            self._widen_for(diagnosis)
+            self._widen_for(diagnosis, window)
             # In order, one step at a time: heard under the lock a reader's look waits on.
             for listener in self.listeners:
                 listener(diagnosis, window)
@@ -207,8 +207,14 @@ class Monitor:
             report["window_widens_to_s"] = self.max_window_s
         return report
 
-    def _widen_for(self, diagnosis: Diagnosis) -> None:
+    def _widen_for(self, diagnosis: Diagnosis, window: WindowStats) -> None:
         if self.max_window_s is None:
+            return
+        if any(a.get("littles_unjudged") == "none-finished" for a in diagnosis.analyses.values()):
+            # No request finished: they last longer than the window holds, by how much is not
+            # known yet. Twice what it holds, until one finishes and says how long they last.
+            wanted = min(self.max_window_s, float(math.ceil(2 * window.duration_s)))
+            self.window_s = max(self.window_s, wanted)
             return
         longest = max(
             (

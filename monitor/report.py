@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from monitor.capacity_text import capacity_words, headroom_words
 from monitor.gpu_sharing import hidden_pids_note, processes_json
 from monitor.scopes import engine_scope, gpu_scope
 from monitor.window import EngineWindow, GpuWindow, HostWindow, WindowStats
@@ -185,6 +186,9 @@ def build_report(
     for e in window.engines:
         ej = engine_json(e)
         ej["analysis"] = dict((analyses or {}).get(engine_scope(e), {}))
+        if "requests_per_s" in ej["analysis"]:
+            # The one request rate: null, not 0, where requests ran and none finished.
+            ej["requests_per_s"] = ej["analysis"]["requests_per_s"]
         # Issue 18 names these at the engine's level, where scripts look first; the analysis
         # keeps them too (the TUI, the exporter and older scripts read them there).
         ej["ttft_parts"] = ej["analysis"].get("ttft_parts")
@@ -251,6 +255,11 @@ def _fmt(v: Any, spec: str = ".3g", unit: str = "") -> str:
     return "-" if v is None else f"{v:{spec}}{unit}"
 
 
+def _cap_how(a: Mapping[str, Any]) -> str:
+    origin = a.get("seq_cap_origin")
+    return f" {origin}" if origin else ""
+
+
 def render_text(report: Mapping[str, Any]) -> str:
     """A readable table of one report, for `headroom snapshot` without --json."""
     lines: list[str] = [
@@ -293,6 +302,11 @@ def render_text(report: Mapping[str, Any]) -> str:
             lines.append(f"  {e['url']}  ({engine_title(e)})")
             if e.get("missing"):
                 lines.append(f"  missing: {missing_text(e)}")
+            a = e.get("analysis") or {}
+            if a:
+                none = a.get("littles_unjudged") == "none-finished"
+                lines.append(f"  headroom {headroom_words(a.get('headroom'), none)}")
+                lines.append(f"  capacity {capacity_words(a, _cap_how(a))}")
             for u in e.get("analysis", {}).get("unjudged", []):
                 lines.append(f"  cannot judge {u['cause']}: {u['why']}")
         total = report.get("engines_total")

@@ -248,7 +248,8 @@ class Littles:
     ok: bool | None  # measured and predicted agree within littles_tolerance
     slot_latency_s: float | None  # how long a request holds a sequence slot
     completions: float | None = None  # requests that finished in the window
-    # Why ok is None with both sides measured: few-completions, short-window, inconclusive.
+    # Why ok is None with both sides measured: few-completions, short-window, inconclusive;
+    # none-finished: requests ran and none finished in the window (no rate to judge with).
     unjudged: str | None = None
 
 
@@ -258,18 +259,23 @@ def littles(e: EngineWindow, th: Thresholds) -> Littles:
     in_flight = e.in_flight_mean
     rate = e.requests_per_s
     latency = e.e2e_mean_s
+    ok, unjudged = None, None
+    if rate == 0 and e.running_mean:
+        # Requests ran and none finished: they outlast the window, whose completion rate
+        # says nothing of the engine's (a dash, never 0 req/s).
+        rate, unjudged = None, "none-finished"
     predicted = rate * latency if rate is not None and latency is not None else None
     hist = e.histogram(E2E)
     completions = hist.count if hist is not None else None
-    ok, unjudged = None, None
     if predicted is not None and in_flight is not None and completions is not None:
-        if completions < th.littles_min_completions:
-            unjudged = "few-completions"
-        elif latency is not None and latency > e.elapsed_s:
+        if latency is not None and latency > e.elapsed_s:
             # L = lambda x W holds over intervals long against W: over a shorter window
             # in-flight still reflects arrivals from before it, and one window can read
-            # half or twice its prediction with nothing queueing anywhere.
+            # half or twice its prediction with nothing queueing anywhere. Said before too
+            # few finished: a window that widens by itself widens for it.
             unjudged = "short-window"
+        elif completions < th.littles_min_completions:
+            unjudged = "few-completions"
         else:
             # Agreement is within the tolerance. Disagreement must pass it plus what the
             # window's own estimates can be off by: ~1/sqrt(n) for the rate and the mean
@@ -489,6 +495,65 @@ def latency_growth(share: float | None, factor: float) -> float:
     return (1.0 - share) + share * factor
 
 
+def step_share(
+    e: EngineWindow, gpus: Sequence[GpuWindow], caps: Caps, th: Thresholds
+) -> tuple[float | None, str | None]:
+    """The share of an engine step that grows with the sequences running, and which work it
+    is ("compute" or "bandwidth"); (None, None) where no reading says.
+
+    Tensor work and KV reads both grow with the sequences; the larger sets the knee (the
+    tensor pipes run while a memory-bound step streams, so the two overlap in time)."""
+    tensor = compute_share(tensor_active_mean(gpus), th)
+    memory = bandwidth_share(gpus, e, caps, th)
+    if tensor is None and memory is None:
+        return None, None
+    share = min(max(tensor or 0, memory or 0), 0.99)
+    return share, "bandwidth" if (memory or 0) > (tensor or 0) else "compute"
+
+
+@dataclass(frozen=True, slots=True)
+class CapFill:
+    """The request rate that fills the sequence cap, said one way on every face.
+
+    ``today_rps`` is the cap over how long a request holds a slot now (Little's law on the
+    running stage: ``fill_rate_rps``); ``rps`` allows for the longer steps the cap's
+    sequences ride on (each request ``growth`` times as long), the headroom figure's rate
+    when the cap is the first limit. Where another limit binds before the cap fills,
+    ``first`` names it and the slots will not fill."""
+
+    cap: int
+    today_rps: float | None
+    rps: float | None
+    growth: float
+    first: str | None = None
+
+
+def cap_fill(
+    e: EngineWindow,
+    gpus: Sequence[GpuWindow],
+    cap: SeqCap,
+    lit: Littles,
+    room: dict[str, Any] | None,
+    caps: Caps,
+    th: Thresholds,
+) -> CapFill | None:
+    if not cap.value:
+        return None
+    today = cap.value / lit.slot_latency_s if lit.slot_latency_s else None
+    running = e.running_mean
+    growth = 1.0
+    if running and running > 0:
+        share, _ = step_share(e, gpus, caps, th)
+        growth = latency_growth(share, max(1.0, cap.value / running))
+    rps = None if today is None else today / growth
+    first = None
+    if room is not None and room["limit"] != "seq-cap":
+        seq = room["limits"].get("seq-cap")
+        if seq is None or room["factor"] < seq:
+            first = room["limit"]
+    return CapFill(cap.value, today, rps, round(growth, 3), first)
+
+
 def headroom_estimate(
     e: EngineWindow,
     gpus: Sequence[GpuWindow],
@@ -519,13 +584,8 @@ def headroom_estimate(
     kv = e.kv_cache_usage_mean
     if kv is not None and kv > 0.01:
         limits["kv-cap"] = th.kv_full / kv
-    # Tensor work and KV reads both grow with the sequences; the larger sets the knee (the
-    # tensor pipes run while a memory-bound step streams, so the two overlap in time).
-    tensor = compute_share(tensor_active_mean(gpus), th)
-    memory = bandwidth_share(gpus, e, caps, th)
-    share = None if tensor is None and memory is None else min(max(tensor or 0, memory or 0), 0.99)
-    if share is not None:
-        gpu_limit = "bandwidth" if (memory or 0) > (tensor or 0) else "compute"
+    share, gpu_limit = step_share(e, gpus, caps, th)
+    if share is not None and gpu_limit is not None:
         limits[gpu_limit] = compute_limit(share, th)
     thread = engine_thread_ratio(host)
     busy = busy_fraction(gpus)
@@ -595,8 +655,10 @@ def engine_analysis(
         gpu_ms = 1000.0 * busy / steps
         gap_ms = 1000.0 * (1.0 - min(busy, 1.0)) / steps
     roof = roofline(e, gpus, caps)
+    room = headroom_estimate(e, gpus, host, cap, budget, lit, th, caps)
+    filled = cap_fill(e, gpus, cap, lit, room, caps, th)
     return {
-        "headroom": headroom_estimate(e, gpus, host, cap, budget, lit, th, caps),
+        "headroom": room,
         "ttft_parts": ttft_parts(e),
         "littles_in_flight": _r(lit.in_flight),
         "littles_throughput_rps": _r(lit.throughput_rps),
@@ -613,7 +675,13 @@ def engine_analysis(
         "seq_cap_origin": cap.origin,
         "seq_cap_seen_at": cap.seen_at,
         "seq_cap_reported_by": cap.reported_by,
+        # At today's request time (C / slot time); the faces show fill_rate_at_cap_rps, which
+        # allows for the longer steps at the cap (the headroom figure's rate there).
         "fill_rate_rps": _r(fill),
+        "fill_rate_at_cap_rps": None if filled is None else _r(filled.rps),
+        "fill_latency_growth": None if filled is None else filled.growth,
+        # The limit that binds before the cap fills (the slots will not fill), or None.
+        "fill_first_limit": None if filled is None else filled.first,
         # The rate fill_rate_rps is measured against: the engine's requests_per_s.
         "requests_per_s": _r(lit.throughput_rps),
         "fill_share": _r(

@@ -74,6 +74,29 @@ class Context:
     def littles(self, e: EngineWindow) -> fig.Littles:
         return self._once("littles", e, lambda: fig.littles(e, self.th))
 
+    def headroom(self, e: EngineWindow) -> dict[str, Any] | None:
+        """How much more load fits (figures.headroom_estimate), made once a window."""
+        return self._once(
+            "headroom",
+            e,
+            lambda: fig.headroom_estimate(
+                e,
+                self.gpus,
+                self.window.host,
+                self.seq_cap(e),
+                self.token_budget(e),
+                self.littles(e),
+                self.th,
+                self.caps,
+            ),
+        )
+
+    def cap_fill(self, e: EngineWindow) -> fig.CapFill | None:
+        """The rate that fills the sequence cap, as every face says it."""
+        return fig.cap_fill(
+            e, self.gpus, self.seq_cap(e), self.littles(e), self.headroom(e), self.caps, self.th
+        )
+
     @property
     def gpus(self) -> tuple[GpuWindow, ...]:
         return self.window.gpus

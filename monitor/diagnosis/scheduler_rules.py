@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 
+from monitor.capacity_text import GROWTH_SHOWN, longer
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.idle_rules import engine_idle
 from monitor.diagnosis.rule_kit import Context, engine_table, ev, make_verdict, num, pct
@@ -53,7 +54,8 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
     if cap.value is None:
         conf -= 0.1
     lit = ctx.littles(e)
-    fill = cap.value / lit.slot_latency_s if cap.value and lit.slot_latency_s else None
+    filled = ctx.cap_fill(e)
+    fill = filled.today_rps if filled is not None else None
     share = fig.waiting_share(e)
     queue_words = "nothing waits"
     if e.waiting_mean is not None and e.waiting_mean > th.waiting_min:
@@ -77,6 +79,11 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
         ev("slot_latency_s", lit.slot_latency_s, unit="s"),
         ev("fill_rate_rps", fill, unit="req/s"),
     ]
+    if filled is not None and filled.growth >= GROWTH_SHOWN:
+        evidence += [
+            ev("fill_latency_growth", filled.growth),
+            ev("fill_rate_at_cap_rps", filled.rps, unit="req/s"),
+        ]
     now = []
     if lit.throughput_rps is not None:
         now.append(f"now {num(lit.throughput_rps)} req/s")
@@ -85,15 +92,33 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
     if lit.slot_latency_s is not None:
         now.append(f"each holds a slot {num(lit.slot_latency_s)} s")
     now_text = f" ({', '.join(now)})" if now else ""
+    room = ctx.headroom(e)
     if cap.value is None:
         fix = (
             f"send more load until requests start to queue{now_text}; cap unknown: pass "
             "--max-num-seqs for the rate that fills it; check any gateway's concurrency limit"
         )
-    elif fill is not None:
+    elif filled is not None and filled.first is not None and room is not None:
+        # Another limit binds before the slots fill: the rate that fills them is no target.
+        rate = room.get("rate_at_limit_rps")
+        upto = f"about {num(room['concurrency_at_limit'])} running"
+        if rate is not None:
+            upto = f"about {num(rate)} req/s ({num(room['concurrency_at_limit'])} running)"
         fix = (
-            f"send about {num(fill)} req/s to fill {cap.value} slots{now_text}; "
-            "check any gateway's concurrency limit"
+            f"send more load, up to {upto}: {filled.first} binds there, before the "
+            f"{cap.value} slots fill{now_text}; check any gateway's concurrency limit"
+        )
+    elif filled is not None and filled.rps is not None:
+        # One figure: the rate at the cap with the longer steps there (the headroom figure's),
+        # and today's request time's only as its label says.
+        more = longer(filled.growth)
+        notes = [f"{num(fill)} req/s at today's request time"] if more and fill else []
+        notes += [", ".join(now)] if now else []
+        fix = (
+            f"send about {num(filled.rps)} req/s to fill {cap.value} slots"
+            + (f", {more}" if more else "")
+            + (f" ({'; '.join(notes)})" if notes else "")
+            + "; check any gateway's concurrency limit"
         )
     else:
         fix = (

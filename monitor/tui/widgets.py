@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.geometry import Region, Size
 from textual.widget import Widget
 
+from monitor.capacity_text import NONE_FINISHED, capacity_words, headroom_words
 from monitor.report import engine_title, missing_notes
 from monitor.tui import fmt
 from monitor.tui.view import ENGINE_SOURCES, GPU_SOURCES, HOST_SOURCES, View
@@ -414,8 +415,11 @@ class EnginePanel(Panel):
         )
         text.append(
             f"tok/s gen {fmt.si(e.get('generation_tokens_per_s'))} prompt "
-            f"{fmt.si(e.get('prompt_tokens_per_s'))} · req/s {fmt.num(e.get('requests_per_s'), '.3g')}\n"
+            f"{fmt.si(e.get('prompt_tokens_per_s'))} · req/s {fmt.num(e.get('requests_per_s'), '.3g')}"
         )
+        if a.get("littles_unjudged") == "none-finished":
+            text.append(f" ({NONE_FINISHED})", style="dim")
+        text.append("\n")
         text.append(
             f"TTFT p50 {fmt.seconds(e.get('ttft_p50_s'))} p95 {fmt.seconds(e.get('ttft_p95_s'))}"
             f" · ITL p50 {fmt.seconds(e.get('itl_p50_s'))} p95 {fmt.seconds(e.get('itl_p95_s'))}\n"
@@ -427,22 +431,23 @@ class EnginePanel(Panel):
                 f"{fmt.seconds(parts.get('queue_s'))} + prefill {fmt.seconds(parts.get('prefill_s'))}"
                 f" + other {fmt.seconds(parts.get('engine_other_s'))}\n"
             )
-        text.append_text(headroom_line(a.get("headroom")))
+        text.append_text(
+            headroom_line(a.get("headroom"), a.get("littles_unjudged") == "none-finished")
+        )
         return text
 
 
-def headroom_line(room: Report | None) -> Text:
+def headroom_line(room: Report | None, none_finished: bool = False) -> Text:
     """How much more load fits and which limit comes first, in one line."""
     text = Text()
     text.append("headroom ", style="bold")
     if not room:
         text.append("- (no limit can be estimated from this window)\n", style="dim")
         return text
-    text.append(f"x{room['factor']:.3g}", style="bold green" if room["factor"] >= 1.5 else "bold")
-    text.append(
-        f" before {room['limit']}: {fmt.num(room.get('concurrency_at_limit'), '.3g')} running, "
-        f"{fmt.num(room.get('rate_at_limit_rps'), '.3g')} req/s\n"
-    )
+    words = headroom_words(room, none_finished)
+    factor, rest = words.split(" ", 1)
+    text.append(factor, style="bold green" if room["factor"] >= 1.5 else "bold")
+    text.append(f" {rest}\n")
     return text
 
 
@@ -469,6 +474,7 @@ def _kv_style(kv: float | None) -> str:
 
 
 UNJUDGED = {
+    "none-finished": f"{NONE_FINISHED}: widen --window",
     "few-completions": "too few finished to tell",
     "short-window": "requests outlast the window: widen --window",
     "inconclusive": "within what the window can measure",
@@ -501,19 +507,13 @@ def littles_lines(e: Report, width: int, self_widens: bool = False) -> Text:
         why = UNJUDGED.get(a.get("littles_unjudged") or "")
         if a.get("littles_unjudged") == "short-window" and self_widens:
             why = "requests outlast the window: widening it"
+        elif a.get("littles_unjudged") == "none-finished" and self_widens:
+            why = f"{NONE_FINISHED}: widening it"
         if why:
             text.append(f"  {why}{n}", style="dim")
     text.append("\n")
-    cap, fill = a.get("seq_cap"), a.get("fill_rate_rps")
     text.append("capacity ", style="bold")
-    if cap:
-        text.append(f"{cap:.0f} slots{_cap_how(a)}: {fmt.num(fill, '.3g')} req/s would fill them")
-        rps, share = a.get("requests_per_s"), a.get("fill_share")
-        if rps is not None and share is not None:
-            text.append(f" (now {rps:.3g} req/s, {fmt.pct(share, 0).strip()})")
-    else:
-        text.append("cap unknown: pass --max-num-seqs (or it is inferred once requests queue)")
-    text.append("\n")
+    text.append(capacity_words(a, _cap_how(a)) + "\n")
     text.append("GPU busy ", style="bold")
     text.append(
         f"{fmt.pct(a.get('busy_fraction'), 0)} of the time"

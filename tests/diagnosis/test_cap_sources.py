@@ -31,8 +31,10 @@ def test_the_engines_own_cap_beats_inference_and_the_users_flag_beats_both() -> 
     )
     top = diagnose(w).verdicts[0]
     assert top.cause == "starved"
-    # 4 running of 64, each request holding a slot 4 s: 16 req/s fills them, now 1 req/s.
-    assert top.fix.startswith("send about 16 req/s to fill 64 slots (now 1 req/s")
+    # 4 running of 64, each request holding a slot 4 s: 16 req/s fills them at today's
+    # request time, now 1 req/s (the fix leads with the rate that allows for longer steps).
+    assert top.fix.startswith("send about ") and " to fill 64 slots" in top.fix
+    assert "(16 req/s at today's request time; now 1 req/s" in top.fix
     given = _analysis(diagnose(w, caps=Caps(max_num_seqs=32)), w)
     assert (given["seq_cap"], given["seq_cap_origin"]) == (32, "given")
 

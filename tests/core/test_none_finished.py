@@ -1,0 +1,69 @@
+"""Requests that outlast the window: no request finished, so the request rate is a dash with its
+reason, never 0 req/s, and a window that widens by itself widens until one finishes (issue 28:
+the demo's cpu-bound and memory-bound boxes read "req/s 0", "0 req/s", "x - = -")."""
+
+from __future__ import annotations
+
+from monitor.capacity_text import capacity_words, headroom_words
+from monitor.pipeline import Monitor
+from monitor.report import render_text
+from monitor.sampler import Sampler
+from monitor.samples import EngineSample, Snapshot
+
+
+def _snap(t: float, done: float) -> Snapshot:
+    e = EngineSample(
+        url="http://127.0.0.1:1/metrics",
+        model_name="m",
+        engine="0",
+        running=32.0,
+        waiting=0.0,
+        preemptions_total=0.0,
+        request_success_total=done,
+        reported_max_num_seqs=256,
+    )
+    return Snapshot(t=t, wall=1_800_000_000.0 + t, engines=(e,))
+
+
+def test_no_request_finished_reads_a_dash_and_says_why() -> None:
+    sampler = Sampler([], interval=1.0)
+    monitor = Monitor(sampler, window_s=5.0)
+    for i in range(8):
+        sampler.push(_snap(i, 100.0))  # 32 running, none finishing
+    report = monitor.report()
+    assert report is not None
+    e = report["engines"][0]
+    a = e["analysis"]
+    assert e["requests_per_s"] is None and a["requests_per_s"] is None
+    assert a["littles_unjudged"] == "none-finished"
+    assert a["headroom"]["limit"] == "seq-cap" and a["headroom"]["rate_at_limit_rps"] is None
+    words = headroom_words(a["headroom"], True) + capacity_words(a)
+    assert "0 req/s" not in words and "no request finished in the window" in words
+    assert "- req/s" in words
+    text = render_text(report)
+    assert " 0 req/s" not in text and "no request finished in the window" in text
+
+
+def test_a_window_that_widens_by_itself_widens_until_a_request_finishes() -> None:
+    sampler = Sampler([], interval=1.0)
+    monitor = Monitor(sampler, window_s=5.0, max_window_s=60.0)
+    for i in range(12):
+        sampler.push(_snap(i, 100.0))
+    monitor.report()
+    # Twice what the window held, step after step: 11 s of readings, a 22 s window.
+    assert monitor.window_s >= 20.0
+    for i in range(12, 60):
+        sampler.push(_snap(i, 100.0))
+    monitor.report()
+    assert monitor.window_s == 60.0  # no further than the ceiling
+    report = monitor.report()
+    assert report is not None and report["window_s"] == 59.0
+
+
+def test_a_fixed_window_does_not_widen() -> None:
+    sampler = Sampler([], interval=1.0)
+    monitor = Monitor(sampler, window_s=5.0)
+    for i in range(12):
+        sampler.push(_snap(i, 100.0))
+    monitor.report()
+    assert monitor.window_s == 5.0
