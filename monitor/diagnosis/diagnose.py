@@ -76,16 +76,29 @@ def _moves(text: str) -> dict[str, str]:
     return {knob: way for way, knob in _MOVE.findall(text)}
 
 
+# Leads under which more load is no first fix: the engine's CPU gap grows with it.
+_LOAD_WAITS_FOR = ("cpu-bound",)
+
+
 def defer_to_lead(verdicts: Sequence[Verdict]) -> tuple[Verdict, ...]:
-    """Shown together, fixes must not pull one setting two ways: the leading verdict's fix
-    wins, and a clause of another fix that moves the same flag the other way gives way
-    (kv-cap's "lower --max-num-seqs" beside memory-bound's "raise --max-num-seqs")."""
+    """Shown together, the lead speaks first and the others agree with it.
+
+    Fixes must not pull one setting two ways: the leading verdict's fix wins, and a clause of
+    another fix that moves the same flag the other way gives way (kv-cap's "lower
+    --max-num-seqs" beside memory-bound's "raise --max-num-seqs"); starved's "send more
+    load" waits for a lead it would make worse. Verdicts are ordered by cause, not by
+    confidence (the module's docstring says why), so one shown under the lead is read given
+    the lead: its confidence is shown at most the lead's, its own kept as confidence_alone."""
     if len(verdicts) < 2:
         return tuple(verdicts)
     lead = verdicts[0]
     wants = _moves(lead.fix)
     out = [lead]
     for v in verdicts[1:]:
+        if v.confidence > lead.confidence:
+            v = dataclasses.replace(v, confidence=lead.confidence, confidence_alone=v.confidence)
+        if v.cause == "starved" and lead.cause in _LOAD_WAITS_FOR:
+            v = dataclasses.replace(v, fix=f"after the {lead.cause} fix: {v.fix}")
         clauses = v.fix.split("; ")
         kept = [
             c for c in clauses if not any(wants.get(k, way) != way for k, way in _moves(c).items())

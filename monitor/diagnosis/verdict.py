@@ -85,6 +85,8 @@ class Verdict:
     cpu_profile: Any = None
     # GPU causes: the exact next command for a profiler that sees kernels, for this box.
     next: str = ""
+    # Shown under a lead it outscored: its own confidence, the shown one capped at the lead's.
+    confidence_alone: float | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -96,6 +98,9 @@ class Verdict:
             "since": self.since,
             "missing": list(self.missing),
             "next": self.next or None,
+            "confidence_alone": None
+            if self.confidence_alone is None
+            else round(self.confidence_alone, 3),
             "evidence": [
                 {
                     "name": e.name,

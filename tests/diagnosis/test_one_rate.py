@@ -98,3 +98,28 @@ def test_the_starved_fix_stops_at_a_limit_that_binds_before_the_slots() -> None:
         f"({a['headroom']['concurrency_at_limit']:.3g} running): kv-cap binds there"
     )
     assert "kv-cap binds first" in capacity_words(a)
+
+
+def test_the_lead_shows_no_lower_confidence_than_a_verdict_under_it_and_its_fix_comes_first() -> (
+    None
+):
+    # The demo's cpu-bound box: 32 of 256 slots busy, nothing waits, the GPU busy 30% of the
+    # time while the host CPU is saturated. cpu-bound leads (CPU in the path comes before
+    # too little load), at 70%, where starved on its own reads 85%.
+    w = make_window(
+        21,
+        gpus=[gpu(0.3, 0.27, 0.06, 0.24)],
+        engine=dict(running=32, rps=0.8, e2e_s=40.0, queue_s=0.0, reported_seqs=256),
+        host=dict(thread=0.4, busy=1.0),
+    )
+    d = diagnose(w)
+    lead, *rest = d.verdicts
+    assert lead.cause == "cpu-bound"
+    starved = next(v for v in rest if v.cause == "starved")
+    assert all(v.confidence <= lead.confidence for v in rest)
+    assert starved.confidence == lead.confidence and starved.confidence_alone == 0.85
+    # Its "send more load" waits for the lead's fix, and the JSON keeps both figures.
+    assert starved.fix.startswith("after the cpu-bound fix: send ")
+    js = build_report(w, d.verdicts, d.analyses)["verdicts"]
+    assert [v["confidence"] for v in js] == sorted((v["confidence"] for v in js), reverse=True)
+    assert next(v for v in js if v["cause"] == "starved")["confidence_alone"] == 0.85
