@@ -65,7 +65,9 @@ def add_diagnosis_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--thresholds", metavar="FILE", help="TOML or YAML file of diagnosis thresholds")
 
 
-def build_sources_from_args(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
+def build_sources_from_args(
+    args: argparse.Namespace, one_shot: bool = False
+) -> tuple[list[Any], list[str]]:
     from monitor.sources.build import build_sources
 
     if args.timeout <= 0:
@@ -80,6 +82,7 @@ def build_sources_from_args(args: argparse.Namespace) -> tuple[list[Any], list[s
         host_pids=args.pid,
         timeout=args.timeout,
         engine=args.engine,
+        one_shot=one_shot,
     )
 
 

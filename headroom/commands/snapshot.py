@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if interval <= 0:
         raise ConfigError("--interval must be positive")
     diagnoser = build_diagnoser_from_args(args)
-    sources, notes = build_sources_from_args(args)
+    sources, notes = build_sources_from_args(args, one_shot=True)
     if args.json:  # in text mode the notes are printed with the table
         for note in notes:
             print(f"headroom snapshot: {note}", file=sys.stderr)
@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"headroom snapshot: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
-    else:
+    elif not no_data:
+        # With nothing read, an empty table says nothing the closing line does not.
         print(render_text(report))
     if no_data:
         why = "; ".join(error_line(e) for e in report["errors"][:3])

@@ -37,11 +37,13 @@ def build_sources(
     timeout: float = 2.0,
     engine: str | None = None,
     gpu_indices: Sequence[int] | None = None,
+    one_shot: bool = False,
 ) -> tuple[list[Source], list[str]]:
     """Return the sources that started and one-line notes for those that could not.
 
     ``engine`` forces the serving engine's name table (vllm, sglang, ...) for every URL;
-    None finds it from each page."""
+    None finds it from each page. ``one_shot``: for one reading (snapshot), whose notes
+    promise no later look."""
     sources: list[Source] = []
     notes: list[str] = []
     if nvml:
@@ -77,7 +79,9 @@ def build_sources(
     if host:
         from monitor.sources.host import HostSource
 
-        host_source = HostSource(pids=tuple(host_pids), ports=tuple(local_ports(vllm_urls)))
+        host_source = HostSource(
+            pids=tuple(host_pids), ports=tuple(local_ports(vllm_urls)), one_shot=one_shot
+        )
         sources.append(host_source)
         notes.extend(getattr(host_source, "notes", ()))
     return sources, notes

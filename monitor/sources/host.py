@@ -101,7 +101,10 @@ class HostSource:
         freq_every_s: float = 10.0,
         *,
         clock: Callable[[], float] = time.monotonic,
+        one_shot: bool = False,
     ) -> None:
+        # A one-shot reading (snapshot) promises no later look in its notes.
+        self.one_shot = one_shot
         self.pids = tuple(int(p) for p in pids)
         self.ports = tuple(int(p) for p in ports)
         self.rediscover_s = float(rediscover_s)
@@ -164,7 +167,9 @@ class HostSource:
                     )
                 else:
                     notes.append(
-                        f"host: no local process listens on TCP port {port} (yet); "
+                        f"host: no local process listens on TCP port {port}"
+                        if self.one_shot
+                        else f"host: no local process listens on TCP port {port} (yet); "
                         f"looking again every {self.rediscover_s:g} s"
                     )
             if all(port in found for port in self.ports):

@@ -26,3 +26,28 @@ def test_a_refused_connection_is_named_on_stderr(capsys, fmt: list[str]) -> None
     assert last.startswith("headroom snapshot: no GPU or engine source produced data (")
     assert "connection refused" in last and f":{port}/metrics" in last
     assert "Traceback" not in err
+
+
+def test_a_dead_source_gets_one_line_and_no_promise_to_look_again(capsys) -> None:
+    # With the host source on (the default), the port's listener is looked for: a one-shot
+    # command must not say it will look again, nor print an empty report before the line.
+    port = _closed_port()
+    rc = main(["snapshot", "--vllm", f"http://127.0.0.1:{port}", "--no-nvml", "--window", "0.5"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "headroom snapshot: no GPU or engine source produced data (vllm: cannot connect to "
+        f"http://127.0.0.1:{port}/metrics: connection refused)"
+    ]
+    assert "looking again" not in out + err
+
+
+def test_a_one_shot_json_reading_promises_no_second_look(capsys) -> None:
+    port = _closed_port()
+    rc = main(["snapshot", "--vllm", f"http://127.0.0.1:{port}", "--no-nvml", "--window", "0.5",
+               "--json"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert f"no local process listens on TCP port {port}" in out
+    assert "looking again" not in out + err

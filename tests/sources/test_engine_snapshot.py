@@ -123,8 +123,8 @@ def test_a_page_of_no_known_engine_is_one_line_and_exit_1(http_server) -> None:
     proc = snapshot(http_server.url, json_out=False)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    # The table names the page's fault; stderr the exit with its reason, in one line.
-    assert "serves no serving engine's metrics that headroom knows" in proc.stdout
+    # Nothing read: no empty table, one line on stderr with the page's fault.
+    assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("headroom snapshot: no GPU or engine source produced data (")
     assert "serves no serving engine's metrics that headroom knows" in proc.stderr
@@ -134,7 +134,7 @@ def test_forcing_the_wrong_engine_says_so(http_server, read_fixture: Callable[[s
     http_server.set("/metrics", read_fixture("engines/tgi-2.4.txt"))
     proc = snapshot(http_server.url, "--engine", "sglang", json_out=False)
     assert proc.returncode == 1
-    assert "does not serve SGLang metrics (no sglang: families found)" in proc.stdout
+    assert "does not serve SGLang metrics (no sglang: families found)" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
