@@ -20,6 +20,12 @@ def num(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def count(n: int | float | str, word: str) -> str:
+    """ "1 GPU", "2 GPUs", "0.5 GPUs": the noun agrees with the number as shown."""
+    shown = n if isinstance(n, str) else f"{n:g}"
+    return f"{shown} {word}" + ("" if shown in ("1", "1.0") else "s")
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
@@ -102,8 +108,9 @@ def host_lines(h: FleetHost, detail: bool = True) -> list[str]:
 def summary(fleet: Fleet) -> str:
     stale = sum(1 for h in fleet.hosts if h.stale)
     text = (
-        f"{len(fleet.hosts)} hosts, {fleet.gpu_count} GPUs, {fleet.engine_count} engines; "
-        f"{num(fleet.wasted)} GPUs wasted (GPUs x (1 - SM active))"
+        f"{count(len(fleet.hosts), 'host')}, {count(fleet.gpu_count, 'GPU')}, "
+        f"{count(fleet.engine_count, 'engine')}; "
+        f"{count(num(fleet.wasted), 'GPU')} wasted (GPUs x (1 - SM active))"
     )
     if stale:
         text += f"; {stale} stale"
@@ -116,5 +123,5 @@ def render(fleet: Fleet, top: int | None = None, detail: bool = True) -> str:
     for h in hosts:
         lines.extend(host_lines(h, detail))
     if top is not None and len(fleet.hosts) > top:
-        lines.append(f"... {len(fleet.hosts) - top} more hosts (--top)")
+        lines.append(f"... {count(len(fleet.hosts) - top, 'more host')} (--top)")
     return "\n".join(lines)

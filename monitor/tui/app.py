@@ -56,6 +56,8 @@ class HeadroomApp(App[int]):
         Binding("s", "next_scenario", "Scenario"),
         # p on a focused engine panel profiles it; anywhere else p pauses, as space does.
         Binding("p", "pause_or_profile", "Pause"),
+        # The same key, named for what it does now: paused, the footer says Resume.
+        Binding("p", "resume_or_profile", "Resume"),
         Binding("space", "pause", "Pause", show=False),
         Binding("r", "record", "Record"),
         Binding("w", "sweep", "Sweep"),
@@ -244,6 +246,10 @@ class HeadroomApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("next_scenario", "pick_scenario"):
             return self.scenarios is not None
+        if action == "pause_or_profile":
+            return not self.paused
+        if action == "resume_or_profile":
+            return self.paused
         return True
 
     def action_pause_or_profile(self) -> None:
@@ -254,8 +260,12 @@ class HeadroomApp(App[int]):
         else:
             self.action_pause()
 
+    def action_resume_or_profile(self) -> None:
+        self.action_pause_or_profile()
+
     def action_pause(self) -> None:
         self.paused = not self.paused
+        self.refresh_bindings()  # the footer's p: Pause or Resume
         self._publish()
 
     def action_profile(self) -> None:

@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from monitor.errors import HeadroomError
 from monitor.fleet.model import Fleet, FleetHost
-from monitor.fleet.render import host_age, num, pct
+from monitor.fleet.render import count, host_age, num, pct
 
 COLUMNS = ("host", "GPUs", "wasted", "cause", "conf", "duty", "SM", "run", "wait", "KV")
 
@@ -111,7 +111,9 @@ def host_text(h: FleetHost | None, instance: str) -> Text:
     if top is not None:
         text.append(f"  {top.cause}", style="bold yellow")
         text.append(f" ({num(top.confidence, 2)})")
-    text.append(f"\n{len(h.gpus)} GPUs, wasted {num(h.wasted)} GPUs; {host_age(h)}")
+    text.append(
+        f"\n{count(len(h.gpus), 'GPU')}, wasted {count(num(h.wasted), 'GPU')}; {host_age(h)}"
+    )
     if h.stale:
         text.append("  STALE", style="bold red")
     text.append("\n\nGPUs\n", style="bold underline")
@@ -248,7 +250,8 @@ class FleetApp(App[int]):
         f = self.fleet
         stale = sum(1 for h in f.hosts if h.stale)
         return (
-            f"{where}  {len(f.hosts)} hosts, {f.gpu_count} GPUs, {num(f.wasted)} GPUs wasted"
+            f"{where}  {count(len(f.hosts), 'host')}, {count(f.gpu_count, 'GPU')}, "
+            f"{count(num(f.wasted), 'GPU')} wasted"
             + (f", {stale} stale" if stale else "")
             + f"  at {_clock(f.time)}  enter: a host"
         )

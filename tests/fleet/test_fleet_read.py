@@ -119,7 +119,7 @@ def test_verdicts_engines_and_the_headline_cause(capsys: pytest.CaptureFixture[s
     with serve(canned) as url:
         _, out, _ = fleet(capsys, url)
     lines = out.splitlines()
-    assert lines[0].endswith("1 hosts, 2 GPUs, 1 engines; 1.5 GPUs wasted (GPUs x (1 - SM active))")
+    assert lines[0].endswith("1 host, 2 GPUs, 1 engine; 1.5 GPUs wasted (GPUs x (1 - SM active))")
     engine_row = next(line for line in lines if line.startswith("  m/0"))
     assert engine_row.split() == ["m/0", "seq-cap", "0.95", "64.0", "20.0", "40%"]
     gpu0 = next(line for line in lines if line.startswith("  gpu 0"))

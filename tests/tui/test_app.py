@@ -154,6 +154,23 @@ async def test_pause_stops_a_replay_and_resume_continues(seq_cap: Path) -> None:
         assert app.frames_seen > seen
 
 
+async def test_the_footer_says_resume_while_paused(seq_cap: Path) -> None:
+    app = paused_app(seq_cap)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        footer = visible(app).splitlines()[-1]
+        assert "p Pause" in footer and "Resume" not in footer
+        await pilot.press("p")
+        await pilot.pause()
+        screen = visible(app)
+        assert app.paused and "PAUSED (p)" in screen
+        footer = screen.splitlines()[-1]
+        assert "p Resume" in footer and "Pause" not in footer
+        await pilot.press("p")  # the key still resumes
+        await pilot.pause()
+        assert not app.paused and "p Pause" in visible(app).splitlines()[-1]
+
+
 async def test_plus_and_minus_change_replay_speed(seq_cap: Path) -> None:
     feed = ReplayFeed(seq_cap, speed=1.0)
     app = HeadroomApp(feed, autostart=False, preload=3)
