@@ -75,6 +75,8 @@ def capacity_words(a: Mapping[str, Any], how: str = "") -> str:
     else:
         growth = a.get("fill_latency_growth")
     text = f"{slots}: {_n(rate)} req/s would fill them"
+    if rate is None and not a.get("littles_in_flight"):
+        return f"{text} (nothing ran in the window to time a request by)"
     more = longer(growth)
     notes = []
     if more:

@@ -499,6 +499,8 @@ def littles_lines(e: Report, width: int, self_widens: bool = False) -> Text:
     done = a.get("littles_completions")
     # How many finished in the window is how far the two sides can be trusted.
     n = f" ({done:.0f} finished)" if done is not None else ""
+    if a.get("littles_unjudged") == "none-finished":
+        n = ""  # the words say none did
     if ok is True:
         text.append(f"  agrees{n}", style="green")
     elif ok is False:

@@ -4,6 +4,8 @@ the demo's cpu-bound and memory-bound boxes read "req/s 0", "0 req/s", "x - = -"
 
 from __future__ import annotations
 
+import dataclasses
+
 from monitor.capacity_text import capacity_words, headroom_words
 from monitor.pipeline import Monitor
 from monitor.report import render_text
@@ -67,3 +69,34 @@ def test_a_fixed_window_does_not_widen() -> None:
         sampler.push(_snap(i, 100.0))
     monitor.report()
     assert monitor.window_s == 5.0
+
+
+def test_the_tui_little_line_says_none_finished_and_that_the_window_widens() -> None:
+    from monitor.tui.widgets import littles_lines
+
+    sampler = Sampler([], interval=1.0)
+    monitor = Monitor(sampler, window_s=5.0, max_window_s=60.0)
+    for i in range(8):
+        sampler.push(_snap(i, 100.0))
+    report = monitor.report()
+    assert report is not None
+    text = littles_lines(report["engines"][0], 120, self_widens=True).plain
+    assert "in flight 32 vs - req/s" in text
+    assert "no request finished in the window: widening it" in text
+    assert "(0 finished)" not in text
+    assert "- req/s would fill them (no request finished in the window)" in text
+
+
+def test_an_idle_engine_says_why_no_rate_fills_its_slots() -> None:
+    sampler = Sampler([], interval=1.0)
+    monitor = Monitor(sampler, window_s=5.0)
+    for i in range(8):
+        e = dataclasses.replace(_snap(i, 100.0).engines[0], running=0.0)
+        sampler.push(Snapshot(t=i, wall=1_800_000_000.0 + i, engines=(e,)))
+    report = monitor.report()
+    assert report is not None
+    words = capacity_words(report["engines"][0]["analysis"])
+    assert (
+        words
+        == "256 slots: - req/s would fill them (nothing ran in the window to time a request by)"
+    )
