@@ -24,16 +24,15 @@ def _n(v: float | None) -> str:
 
 
 def longer(growth: float | None) -> str:
-    """ "requests take 1.2x as long there": why the rate at a limit is not factor x today's."""
+    """ "requests take 1.23x as long there": why the rate at a limit is not factor x today's."""
     if growth is None or growth < GROWTH_SHOWN:
         return ""
-    # Two digits from 1.1 on: a label, which need not flicker with each window's reading.
-    digits = ".2g" if growth >= 1.1 else ".3g"
-    return f"requests take {growth:{digits}}x as long there"
+    # Three digits, as the rates beside it: factor x today's rate / this is the rate shown.
+    return f"requests take {growth:.3g}x as long there"
 
 
 def headroom_words(room: Mapping[str, Any] | None, none_finished: bool = False) -> str:
-    """ "x6.16 before seq-cap: 64 running, 6.27 req/s, requests take 1.2x as long there".
+    """ "x6.16 before seq-cap: 64 running, 6.27 req/s, requests take 1.23x as long there".
 
     ``none_finished``: the window's requests ran and none finished (the analysis's
     littles_unjudged), the reason a rate is a dash."""

@@ -212,6 +212,7 @@ class Steady:
 
     def __init__(self) -> None:
         self.shown: dict[str, float] = {}
+        self.records: dict[str, Mapping[str, Any]] = {}
 
     def __call__(self, key: str, value: float | None, tol: float, digits: int = 0) -> float | None:
         if value is None:
@@ -222,12 +223,24 @@ class Steady:
             shown = self.shown[key] = round(value, digits)
         return shown
 
+    # Records whose figures are read together (the headroom figure: factor x today's rate over
+    # the growth is the rate shown): held whole, so one line never mixes two windows.
+    WHOLE = ("headroom",)
+
+    def _whole(self, key: str, rec: Mapping[str, Any], rel: float) -> Mapping[str, Any]:
+        held = self.records.get(key)
+        if held is None or _moved(held, rec, rel):
+            held = self.records[key] = rec
+        return held
+
     def figures(self, key: str, rec: Mapping[str, Any], rel: float = 0.02) -> dict[str, Any]:
         """A record (and the records in it) with each figure held within ``rel`` of itself:
         a rate or latency printed to three digits flickers on the last one every tick."""
         out: dict[str, Any] = {}
         for k, v in rec.items():
-            if isinstance(v, Mapping):
+            if isinstance(v, Mapping) and k in self.WHOLE:
+                out[k] = self._whole(f"{key}.{k}", v, rel)
+            elif isinstance(v, Mapping):
                 out[k] = self.figures(f"{key}.{k}", v, rel)
             elif isinstance(v, float) and not (k in ("time", "since") or k.endswith("_at")):
                 shown = self.shown.get(f"{key}.{k}")
@@ -237,6 +250,23 @@ class Steady:
             else:
                 out[k] = v
         return out
+
+
+def _moved(held: Mapping[str, Any], rec: Mapping[str, Any], rel: float) -> bool:
+    """Whether any figure of ``rec`` is past ``rel`` of the one held (any other value changed)."""
+    if held.keys() != rec.keys():
+        return True
+    for k, v in rec.items():
+        old = held[k]
+        if isinstance(v, float) and isinstance(old, float):
+            if abs(v - old) > rel * abs(old):
+                return True
+        elif isinstance(v, Mapping) and isinstance(old, Mapping):
+            if _moved(old, v, rel):
+                return True
+        elif v != old:
+            return True
+    return False
 
 
 def series(history: Sequence[Mapping[str, Any]], pick: Any) -> list[float | None]:

@@ -47,7 +47,7 @@ def test_the_starved_fix_the_capacity_line_and_the_headroom_figure_name_one_rate
         for m in RATE.finditer(text):
             if m.group(1) == today:
                 assert text[m.end() :].startswith(" at today's request time")
-        assert f"{room['latency_growth']:.2g}x as long" in text
+        assert f"{room['latency_growth']:.3g}x as long" in text
     # x factor / growth is the rate shown: a reader's product checks out.
     now = a["requests_per_s"]
     assert now * room["factor"] / room["latency_growth"] == pytest.approx(

@@ -79,3 +79,23 @@ def test_steady_records_hold_rates_within_two_percent_and_never_a_clock() -> Non
     assert held.figures("e", near) == {**first, "time": 1001.0}  # rates held, the clock not
     far = {"requests_per_s": 2.36, "time": 1002.0, "analysis": {"littles_latency_s": 14.1}}
     assert held.figures("e", far) == far
+
+
+def test_the_headroom_figure_is_held_whole_so_its_line_checks_out() -> None:
+    # factor x today's rate / growth is the rate shown: held figure by figure, a line could
+    # mix a factor from one window with a rate from the next.
+    held = fmt.Steady()
+
+    def room(factor: float, rate: float, growth: float) -> dict:
+        return {"analysis": {"headroom": {"factor": factor, "rate_at_limit_rps": rate,
+                                          "latency_growth": growth, "limit": "seq-cap",
+                                          "limits": {"seq-cap": factor}}}}  # fmt: skip
+
+    first = room(5.30, 4.96, 1.230)
+    assert held.figures("e", first) == first
+    # The rate moves past 2%, the factor and growth within it: all three are taken up.
+    moved = room(5.35, 5.10, 1.240)
+    assert held.figures("e", moved)["analysis"]["headroom"] == moved["analysis"]["headroom"]
+    # All within 2%: the whole record stays as shown.
+    near = room(5.36, 5.12, 1.241)
+    assert held.figures("e", near)["analysis"]["headroom"] == moved["analysis"]["headroom"]
