@@ -8,8 +8,10 @@ case, drives a known load with its own streaming clients and reads it the way a 
 
 - decode: one stream decoding (a ~1B model at batch 1: small kernels or bandwidth);
 - slots: 2N streams against N slots, so N run and N wait (llama.cpp's deferred queue);
-- long: N streams of ~3,500-token prompts and 4-token replies (prefill's work);
+- long: N streams of fresh ~3,300-token prompts (cache_prompt off), 4-token replies;
+- longcached: the same with one prompt repeated and llama.cpp's prompt cache on;
 - lowload: one stream of the sweep's shape, for the headroom figure against the knee;
+- lowcap: the same, with ``--max-num-seqs N`` passed to the snapshot (the cap known);
 - sweep: ``headroom sweep`` stepping the concurrency from 1 to 4N.
 
 For each case: a recording (monitor/recording.py: NVML+GPM, the engine page and the server's
@@ -27,13 +29,14 @@ import argparse
 import http.client
 import json
 import os
+import random
 import subprocess
 import sys
 import tarfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,9 +44,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-CASES = ("smoke", "decode", "slots", "long", "lowload", "sweep")
+CASES = ("smoke", "decode", "slots", "long", "longcached", "lowload", "lowcap", "sweep")
 # Rough seconds each case needs, to skip what cannot finish before the deadline.
-NEEDS_S = {"smoke": 10, "decode": 30, "slots": 35, "long": 35, "lowload": 25, "sweep": 150}
+NEEDS_S = {
+    "smoke": 10, "decode": 30, "slots": 35, "long": 35, "longcached": 35, "lowload": 25,
+    "lowcap": 25, "sweep": 150,
+}  # fmt: skip
 WORDS = ["the", "and", "of", "to", "in", "is"]
 
 
@@ -226,12 +232,19 @@ class Server:
 # -- load ---------------------------------------------------------------------------------
 
 
-def _stream(port: int, prompt: str, max_tokens: int, stop: threading.Event) -> int:
-    """One streaming completion; hangs up once stopped (llama-server then cancels it)."""
+def _stream(
+    port: int, prompt: str, max_tokens: int, stop: threading.Event, cache: bool = True
+) -> int:
+    """One streaming completion; hangs up once stopped (llama-server then cancels it).
+
+    ``cache=False`` asks llama.cpp not to reuse a slot's cached prompt (cache_prompt)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    body = json.dumps(
-        {"prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
-    )
+    req: dict[str, Any] = {
+        "prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True
+    }  # fmt: skip
+    if not cache:
+        req["cache_prompt"] = False
+    body = json.dumps(req)
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     resp = conn.getresponse()
     if resp.status != 200:
@@ -247,15 +260,24 @@ def _stream(port: int, prompt: str, max_tokens: int, stop: threading.Event) -> i
 
 
 @contextmanager
-def load(port: int, streams: int, prompt: str, max_tokens: int) -> Iterator[dict[str, int]]:
-    """``streams`` clients, each sending one streaming request after another until the end."""
+def load(
+    port: int,
+    streams: int,
+    prompt: str | Callable[[], str],
+    max_tokens: int,
+    cache: bool = True,
+) -> Iterator[dict[str, int]]:
+    """``streams`` clients, each sending one streaming request after another until the end.
+
+    ``prompt`` may be a function: a fresh prompt for every request."""
     stop = threading.Event()
     stats = {"requests": 0, "errors": 0}
 
     def client() -> None:
         while not stop.is_set():
             try:
-                _stream(port, prompt, max_tokens, stop)
+                text = prompt() if callable(prompt) else prompt
+                _stream(port, text, max_tokens, stop, cache)
                 stats["requests"] += 1
             except Exception as exc:
                 stats["errors"] += 1
@@ -404,6 +426,7 @@ class Run:
         snap = snapshot(self.server, self.out / f"snapshot-{name}.json", snap_window, *extra)
         t1 = time.time()
         g1, p1 = self.tokens()
+        time.sleep(0.5)  # a power sample after t1, to interpolate the counter at t1
         energy = self.energy.over(t0, t1)
         gen, prompt = g1 - g0, p1 - p0
         res: dict[str, Any] = {
@@ -458,11 +481,27 @@ class Run:
         self.summary["cases"]["slots"]["client"] = dict(stats)
 
     def case_long(self) -> None:
+        # A fresh prompt each time, and no prompt cache: every request's prompt is computed.
         n = self.args.parallel
-        with load(self.server.port, n, self.long_prompt, 4) as stats:
+        rng = random.Random(0)
+        lock = threading.Lock()
+
+        def fresh() -> str:
+            with lock:
+                return " ".join(rng.choices(WORDS, k=self.args.long_words))
+
+        with load(self.server.port, n, fresh, 4, cache=False) as stats:
             time.sleep(3)
             self.measured("long", self.args.record_s, 4)
         self.summary["cases"]["long"]["client"] = dict(stats)
+
+    def case_longcached(self) -> None:
+        # The same long prompt every time, llama.cpp's prompt cache on (its default).
+        n = self.args.parallel
+        with load(self.server.port, n, self.long_prompt, 4) as stats:
+            time.sleep(3)
+            self.measured("longcached", self.args.record_s, 4)
+        self.summary["cases"]["longcached"]["client"] = dict(stats)
 
     def case_lowload(self) -> None:
         # The sweep's request shape at one stream: the headroom figure to hold against its knee.
@@ -471,6 +510,14 @@ class Run:
             time.sleep(3)
             self.measured("lowload", 8, 5)
         self.summary["cases"]["lowload"]["client"] = dict(stats)
+
+    def case_lowcap(self) -> None:
+        # lowload again, told the slot count as a user who knows --parallel would tell it.
+        prompt = " ".join(WORDS * (self.args.sweep_input // len(WORDS)))
+        with load(self.server.port, 1, prompt, self.args.sweep_output) as stats:
+            time.sleep(3)
+            self.measured("lowcap", 8, 5, "--max-num-seqs", str(self.args.parallel))
+        self.summary["cases"]["lowcap"]["client"] = dict(stats)
 
     def case_sweep(self) -> None:
         out = self.out / "sweep"
@@ -552,7 +599,7 @@ def main() -> None:
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--parallel", type=int, default=8)
     p.add_argument("--slot-ctx", type=int, default=4096)
-    p.add_argument("--long-words", type=int, default=3500)
+    p.add_argument("--long-words", type=int, default=2000)
     p.add_argument("--record-s", type=float, default=10.0)
     p.add_argument("--sweep-concurrency", default="1,2,4,8,16,32")
     p.add_argument("--sweep-input", type=int, default=256)
