@@ -71,9 +71,16 @@ def snapshot(case: str) -> dict[str, Any]:
 
 
 def said(report: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """What a user reads of each verdict."""
-    keys = ("cause", "scope", "confidence", "summary", "fix")
-    return [tuple(v[k] for k in keys) for v in report["verdicts"]]
+    """What each rule concluded: its cause, scope, confidence and summary, and the lead's fix.
+
+    A verdict shown under the lead shows at most the lead's confidence and its fix defers
+    to the lead's (display, after the run): the rule's own confidence is confidence_alone."""
+    out = []
+    for i, v in enumerate(report["verdicts"]):
+        alone = v.get("confidence_alone")
+        confidence = v["confidence"] if alone is None else alone
+        out.append((v["cause"], v["scope"], confidence, v["summary"], v["fix"] if i == 0 else ""))
+    return out
 
 
 def causes(report: dict[str, Any]) -> list[tuple[str, str]]:
