@@ -6,8 +6,11 @@ this order:
   server runs with ``VLLM_SERVER_DEV_MODE=1``; 404 otherwise) returns the whole
   ``vllm_config`` with ``scheduler_config.max_num_seqs``. The simulator serves
   the same document.
+- ``GET /props``: llama.cpp's server reports its slots (``total_slots``, its
+  ``--parallel``: the sequence cap) whether or not the flag was given.
 - the command line of the process listening on the URL's port, when it is on
-  this host and ours to read (``--max-num-seqs N``).
+  this host and ours to read (``--max-num-seqs N``; llama.cpp's ``--parallel N`` or
+  ``-np N``; SGLang's ``--max-running-requests N``).
 A cap asked this way is exact; one inferred from a plateau is a guess, and a
 default is a worse one (vLLM's default depends on its version and the GPU).
 """
@@ -34,6 +37,10 @@ _FLAGS = {
     "--max_num_seqs": "max_num_seqs",
     "--max-num-batched-tokens": "max_num_batched_tokens",
     "--max_num_batched_tokens": "max_num_batched_tokens",
+    # llama.cpp's slots and SGLang's running limit are their engines' sequence caps.
+    "--parallel": "max_num_seqs",
+    "-np": "max_num_seqs",
+    "--max-running-requests": "max_num_seqs",
 }
 
 
@@ -41,7 +48,7 @@ _FLAGS = {
 class ReportedCaps:
     max_num_seqs: int | None
     max_num_batched_tokens: int | None
-    origin: str  # "server_info" or "cmdline"
+    origin: str  # "server_info", "props" or "cmdline"
 
 
 def _positive_int(value: Any) -> int | None:
@@ -67,6 +74,12 @@ def caps_from_server_info(doc: Mapping[str, Any]) -> ReportedCaps | None:
     if seqs is None and tokens is None:
         return None
     return ReportedCaps(seqs, tokens, "server_info")
+
+
+def caps_from_props(doc: Mapping[str, Any]) -> ReportedCaps | None:
+    """The slot count in llama.cpp's ``/props`` document, if it has one."""
+    slots = _positive_int(doc.get("total_slots"))
+    return ReportedCaps(slots, None, "props") if slots is not None else None
 
 
 def caps_from_cmdline(argv: Sequence[str]) -> ReportedCaps | None:
@@ -142,17 +155,26 @@ class EngineConfigProbe:
     def _ask(self) -> ReportedCaps | None:
         caps = self._server_info()
         if caps is None:
+            caps = self._props()
+        if caps is None:
             caps = self._cmdline()
         return caps
 
     def _server_info(self) -> ReportedCaps | None:
-        url = f"{self.base_url}/server_info?config_format=json"
+        doc = self._get_json("/server_info?config_format=json")
+        return caps_from_server_info(doc) if doc is not None else None
+
+    def _props(self) -> ReportedCaps | None:
+        doc = self._get_json("/props")
+        return caps_from_props(doc) if doc is not None else None
+
+    def _get_json(self, path: str) -> Mapping[str, Any] | None:
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(self.base_url + path, timeout=self.timeout) as resp:
                 doc = json.loads(resp.read(4 << 20))
         except (urllib.error.URLError, OSError, ValueError):
-            return None  # 404 without dev mode, or not vLLM: the next way is tried
-        return caps_from_server_info(doc) if isinstance(doc, Mapping) else None
+            return None  # 404 (vLLM without dev mode, not llama.cpp): the next way is tried
+        return doc if isinstance(doc, Mapping) else None
 
     def _cmdline(self) -> ReportedCaps | None:
         parts = urlsplit(self.base_url)

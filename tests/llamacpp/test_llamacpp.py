@@ -30,8 +30,10 @@ def test_snapshot_reads_slots_and_queue_and_says_what_is_missing(llama_server: A
     assert "kv-cap" in unjudged and "exports no KV gauge" in unjudged["kv-cap"]
     causes = [v["cause"] for v in report["verdicts"]]
     assert "kv-cap" not in causes
-    # The slot count is found as the sequence cap, and the fix names llama.cpp's flag.
-    assert e["analysis"]["seq_cap"] == SLOTS and e["analysis"]["seq_cap_inferred"] is True
+    # The slot count is the sequence cap, as the server's /props reports it, and the fix
+    # names llama.cpp's flag.
+    assert e["analysis"]["seq_cap"] == SLOTS and e["analysis"]["seq_cap_inferred"] is False
+    assert e["analysis"]["seq_cap_origin"] == "reported"
     seq = [v for v in report["verdicts"] if v["cause"] == "seq-cap"]
     assert seq, report["verdicts"]
     assert f"raise --parallel above {SLOTS}" in seq[0]["fix"]

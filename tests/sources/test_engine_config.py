@@ -7,6 +7,7 @@ import json
 from monitor.sources.engine_config import (
     EngineConfigProbe,
     caps_from_cmdline,
+    caps_from_props,
     caps_from_server_info,
 )
 from monitor.sources.vllm import VllmSource
@@ -86,3 +87,31 @@ def test_a_server_that_cannot_be_asked_is_not_asked_every_tick(http_server) -> N
     probe.forget()
     probe.caps()
     assert http_server.hits.count("/server_info?config_format=json") == 3
+
+
+def test_llamacpp_slots_and_sglangs_running_limit_are_sequence_caps() -> None:
+    # The H200 run's llama-server (--parallel 8) exported no slot count as a metric: the
+    # sweep's check named a compute knee at 1,282 streams against a real knee at 8.
+    caps = caps_from_props({"total_slots": 8, "default_generation_settings": {"n_ctx": 4096}})
+    assert caps is not None and (caps.max_num_seqs, caps.origin) == (8, "props")
+    assert caps_from_props({"total_slots": 0}) is None and caps_from_props({}) is None
+    for argv, seqs in (
+        (["llama-server", "-m", "m.gguf", "--parallel", "8", "--metrics"], 8),
+        (["llama-server", "-m", "m.gguf", "-np", "4"], 4),
+        (["python3", "-m", "sglang.launch_server", "--max-running-requests=32"], 32),
+    ):
+        got = caps_from_cmdline(argv)
+        assert got is not None and got.max_num_seqs == seqs, argv
+
+
+def test_a_llamacpp_server_is_asked_for_its_slots(http_server, read_fixture) -> None:
+    # /server_info is 404 (not vLLM); llama.cpp's /props says how many slots it has.
+    http_server.set("/metrics", read_fixture("engines/llamacpp-0.3.36-live.txt"))
+    http_server.set("/props", json.dumps({"total_slots": 6, "model_path": "m.gguf"}))
+    src = VllmSource(http_server.url)
+    try:
+        (e,) = src.read().engines
+    finally:
+        src.close()
+    assert e.flavour == "llamacpp"
+    assert (e.reported_max_num_seqs, e.reported_caps_origin) == (6, "props")
