@@ -8,6 +8,7 @@ does at other loads (its throughput curve, its knee) exactly, without a machine'
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from monitor.samples import Snapshot
@@ -40,3 +41,53 @@ def closed_loop(cfg: SimConfig, concurrency: int, *, warmup_s: float, window_s: 
         if sim.now >= t_end:
             return compute_window(snaps)
         sim.run_for(tick_s)
+
+
+# What a sweep's step reads: concurrency, tokens/s, mean running and waiting, the window.
+Step = tuple[int, float, float, float, WindowStats]
+
+
+def step_at(cfg: SimConfig, concurrency: int, *, warmup_s: float = 60.0,
+            window_s: float = 40.0) -> Step:  # fmt: skip
+    w = closed_loop(cfg, concurrency, warmup_s=warmup_s, window_s=window_s)
+    e = w.engines[0]
+    return (concurrency, e.generation_tokens_per_s or 0.0, e.running_mean or 0.0,
+            e.waiting_mean or 0.0, w)  # fmt: skip
+
+
+def sweep_knee(cfg: SimConfig, *, most: int = 512, gain: float = 0.1, waiting_min: float = 0.5,
+               **kw: float) -> tuple[Step, list[Step]]:  # fmt: skip
+    """A closed-loop sweep on virtual time, as `headroom sweep` runs one: doubling from one
+    stream until requests queue at the engine or a doubling gains under ``gain``, then
+    bisecting between the last load that did neither and that one. The knee is the highest
+    load that did neither: the box's saturation point."""
+    steps: dict[int, Step] = {}
+
+    def at(c: int) -> Step:
+        if c not in steps:
+            steps[c] = step_at(cfg, c, **kw)
+        return steps[c]
+
+    def past(lo: Step, hi: Step) -> bool:
+        if hi[3] > waiting_min:
+            return True
+        doublings = math.log2(hi[0] / lo[0])
+        return hi[1] < lo[1] * (1 + gain) ** doublings
+
+    good, c = at(1), 2
+    while c <= most:
+        s = at(c)
+        if past(good, s):
+            break
+        good, c = s, 2 * c
+    else:
+        return good, sorted(steps.values(), key=lambda s: s[0])
+    lo, hi = good[0], c
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        s = at(mid)
+        if past(good, s):
+            hi = mid
+        else:
+            good, lo = s, mid
+    return good, sorted(steps.values(), key=lambda s: s[0])
