@@ -25,7 +25,10 @@ def whatif_text(w: Mapping[str, Any]) -> str:
         change = f"raise {w['flag']} {_value(w['current'])} -> {_value(w['proposed'])}"
     gain = p.get("gain")
     text = f"{change}: ~{gain:.2g}x tokens/s" if gain is not None else change
-    text += f", then {p['limit']} at ~{p['concurrency']:.3g} sequences"
+    c = p["concurrency"]
+    # Whole sequences past ten ("~13", not "~12.6"): the figure is an estimate.
+    text += f", then {p['limit']} at ~{c:.0f}" if c >= 10 else f", then {p['limit']} at ~{c:.2g}"
+    text += " sequences"
     growth = p.get("itl_growth")
     if growth is not None and growth >= 1.05:
         text += f" (ITL x{growth:.2g})"

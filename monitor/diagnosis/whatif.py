@@ -6,12 +6,14 @@ factor on the running sequences at which each limit binds, the share of an engin
 grows with the batch) and ``knobs_from_window`` the engine's settings (caps, KV blocks, cache
 dtype); ``predict`` turns both into changes to try.
 
-The step model: an engine step takes a + b*n for n sequences (a: the weights streamed, the
-launches and the host's part, paid once a step; b*n: the tensor work and KV cache reads each
-sequence adds). The share of b*n in a step now is measured from the GPU's tensor or DRAM
-activity where the window has them (figures.compute_share, figures.bandwidth_share);
-without them steps are assumed not to lengthen, and the basis says so. With the running
-sequences f times today's, throughput is f / ((1 - s) + s*f) times today's.
+The step model (StepModel): an engine step streams the weights once, however many sequences
+ride on it, while the tensor work and the KV cache reads grow with them; a GEMM takes as long
+as the slower of its bytes and its FLOPs, so the tensor work hides under the weights' stream
+until it outgrows it. The parts' shares of a step are read from the GPU's tensor and DRAM
+activity (split into weights and KV by vLLM's estimated FLOPs and bytes); without a GPU
+reading steps are assumed not to lengthen, and the basis says so. With the running sequences
+f times today's, throughput is f / growth(f) times today's, and the GPU's knee is where one
+more doubling gains under 10% (the rule a sweep's knee follows).
 
 Each limit is a factor on today's running sequences: the sequence cap, the KV cache, the
 token budget (prefill-heavy loads), the GPU's knee (compute or bandwidth) and the engine's
@@ -50,6 +52,54 @@ _WIDE_DTYPES = {"auto", "bfloat16", "float16", "half", "float32", "f16", "bf16"}
 
 
 @dataclass(frozen=True, slots=True)
+class StepModel:
+    """What an engine step is made of now, as shares of its time (None: not read).
+
+    ``compute``: the tensor work (grows with the batch); ``weights``: streaming the weights
+    (once a step, however many ride on it); ``kv``: reading the KV cache (grows with the
+    batch). The weights' stream and the tensor work overlap (a GEMM takes as long as the
+    slower of its bytes and its FLOPs); the KV reads and the rest (launches, the host's part)
+    add to them."""
+
+    compute: float | None = None
+    weights: float | None = None
+    kv: float | None = None
+
+    def growth(self, f: float) -> float:
+        """How much longer a step takes with ``f`` times the sequences."""
+        c, k = self.compute or 0.0, self.kv or 0.0
+        if self.weights is None:
+            # No DRAM reading: nothing says the tensor work hides under the weights' stream.
+            return (1.0 - c - k) + (c + k) * f
+        w = self.weights
+        return max(0.0, 1.0 - max(w, c) - k) + max(w, c * f) + k * f
+
+    def knee(self, gain: float) -> tuple[str, float] | None:
+        """Where one more doubling of the sequences gains under ``gain`` in throughput (the
+        rule a sweep's knee follows), and which part of the step grows most there."""
+        if not self.compute and not self.kv:
+            return None
+        f = 0.01
+        while f < 1e5:
+            if 2.0 * self.growth(f) / self.growth(2.0 * f) < 1.0 + gain:
+                grows_c = (self.compute or 0.0) * f
+                grows_k = (self.kv or 0.0) * f
+                return ("compute" if grows_c >= grows_k else "bandwidth"), f
+            f *= 1.02
+        return None
+
+    def words(self) -> str | None:
+        parts = []
+        if self.compute is not None:
+            parts.append(f"tensor work {100 * self.compute:.0f}%")
+        if self.weights is not None:
+            parts.append(f"the weights' stream {100 * self.weights:.0f}%")
+        if self.kv is not None:
+            parts.append(f"KV reads {100 * self.kv:.0f}%")
+        return ", ".join(parts) + " of a step" if parts else None
+
+
+@dataclass(frozen=True, slots=True)
 class Load:
     """What one window measured, the what-if's inputs (a tuner may build one from a sweep)."""
 
@@ -58,8 +108,7 @@ class Load:
     rate_rps: float | None  # completions per second
     # The factor on today's running sequences at which each limit binds (below 1: bound now).
     limits: Mapping[str, float]
-    step_share: float | None  # share of a step now that grows with the batch; None: unknown
-    share_from: str | None = None  # "tensor activity", "DRAM activity x KV share of bytes"
+    step: StepModel
     tokens_per_step: float | None = None
     prompt_tokens_mean: float | None = None
 
@@ -86,17 +135,35 @@ class Knobs:
 # -- the window's figures ------------------------------------------------------------
 
 
-def step_share(
+def kv_read_time(
     gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds
-) -> tuple[float | None, str | None]:
-    """The share of a step that grows with the batch, and what it was read from."""
-    tensor = fig.compute_share(fig.tensor_active_mean(gpus), th)
-    memory = fig.bandwidth_share(gpus, e, caps, th)
-    if tensor is None and memory is None:
-        return None, None
-    if (memory or 0.0) > (tensor or 0.0):
-        return min(memory or 0.0, 0.99), "DRAM activity x the KV share of bytes read"
-    return min(tensor or 0.0, 0.99), "tensor activity"
+) -> float | None:
+    """The share of the engine's time spent reading the KV cache: each step reads the cache
+    its sequences hold (KV used x the cache's bytes, from vLLM's cache_config_info) at the
+    bandwidth the GPU reaches (its peak x headroom_dram_max). None where any is unknown."""
+    kv_bytes, used = _cc_float(e, "kv_cache_memory_bytes"), e.kv_cache_usage_mean
+    peak, steps = fig.gpu_peak(gpus, caps), fig.steps_per_s(e)
+    if not kv_bytes or used is None or peak is None or not steps:
+        return None
+    return used * kv_bytes / (peak.hbm_bytes_per_s * th.headroom_dram_max) * steps
+
+
+def step_model(gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds) -> StepModel:
+    """The step's parts from the GPU's activity: tensor-pipe activity against what it reads
+    when compute alone fills the GPU, DRAM activity likewise, of which the KV cache's reads
+    take the time kv_read_time says (or, without it, the share of bytes vLLM's estimated
+    FLOPs and bytes leave to the KV cache: figures.kv_read_share); the weights the rest."""
+    tensor, dram = fig.tensor_active_mean(gpus), fig.dram_active_mean(gpus)
+    compute = None if tensor is None else min(tensor / th.headroom_tensor_max, 1.0)
+    if dram is None:
+        return StepModel(compute=compute)
+    memory = min(dram / th.headroom_dram_max, 1.0)
+    kv_part = kv_read_time(gpus, e, caps, th)
+    if kv_part is None:
+        share = fig.kv_read_share(e, caps)
+        kv_part = None if share is None else memory * share
+    kv_part = None if kv_part is None else min(kv_part, memory)
+    return StepModel(compute=compute, weights=memory - (kv_part or 0.0), kv=kv_part)
 
 
 def load_from_window(
@@ -120,10 +187,10 @@ def load_from_window(
     if kv is not None and kv > 0.001:
         # A KV cache barely used still fills at some load: its factor is large, not absent.
         limits["kv-cap"] = th.kv_full / kv
-    share, share_from = step_share(gpus, e, caps, th)
-    if share is not None:
-        gpu_limit = "compute" if share_from == "tensor activity" else "bandwidth"
-        limits[gpu_limit] = fig.compute_limit(share, th)
+    step = step_model(gpus, e, caps, th)
+    knee = step.knee(th.headroom_knee_gain)
+    if knee is not None:
+        limits[knee[0]] = knee[1]
     thread, busy = fig.engine_thread_ratio(host), fig.busy_fraction(gpus)
     if thread is not None and thread >= th.headroom_cpu_min and busy is not None:
         if busy < th.util_low:
@@ -145,8 +212,7 @@ def load_from_window(
         tokens_per_s=e.generation_tokens_per_s,
         rate_rps=lit.throughput_rps,
         limits=limits,
-        step_share=share,
-        share_from=share_from,
+        step=step,
         tokens_per_step=e.iteration_tokens_mean,
         prompt_tokens_mean=prompt_mean,
     )
@@ -209,7 +275,7 @@ def knobs_from_window(
 
 
 def _growth(load: Load, factor: float) -> float:
-    return fig.latency_growth(load.step_share, factor)
+    return load.step.growth(factor)
 
 
 def _throughput(load: Load, factor: float) -> float:
@@ -225,6 +291,18 @@ class _Move:
     proposed: Any
     scale: float  # how much the limit's factor grows
     notes: tuple[str, ...] = ()
+
+
+def _binding(limits: Mapping[str, float]) -> str:
+    """The limit that binds first. The GPU's knee is soft (past it a doubling still gains a
+    little) where a cap is hard: a cap within MARGIN behind the knee is what holds requests
+    back there, and is named."""
+    first = min(limits, key=lambda k: limits[k])
+    if first in _GPU_LIMITS:
+        hard = [k for k in limits if k not in _GPU_LIMITS and limits[k] <= limits[first] * MARGIN]
+        if hard:
+            return min(hard, key=lambda k: limits[k])
+    return first
 
 
 def _want(limits: Mapping[str, float], lead: str) -> float:
@@ -291,7 +369,7 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for _ in range(2):
-        lead = min(limits, key=lambda k: limits[k])
+        lead = _binding(limits)
         if lead in seen or lead in _GPU_LIMITS or lead == "cpu":
             break
         move = _move(lead, _want(limits, lead), knobs)
@@ -300,9 +378,10 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
         seen.add(lead)
         before = max(1.0, limits[lead])
         limits[lead] = limits[lead] * move.scale
-        now = min(limits, key=lambda k: limits[k])
+        now = _binding(limits)
         factor = max(1.0, limits[now])
-        behind = {k: v for k, v in limits.items() if k != now}
+        # The next to bind past it (a GPU knee just before a cap is named in the basis).
+        behind = {k: v for k, v in limits.items() if k != now and v >= limits[now]}
         nxt = min(behind, key=lambda k: behind[k]) if behind else None
         out.append(_entry(load, knobs, move, before, now, factor, nxt, limits, len(out)))
     return out
@@ -347,10 +426,13 @@ def _entry(
         "the same request mix; throughput grows with the sequences running",
         f"{move.flag} scales its limit in proportion ({move.scale:.3g}x)",
     ]
-    if load.step_share is not None:
-        measured.append(
-            f"{100 * load.step_share:.0f}% of a step grows with the batch ({load.share_from})"
-        )
+    parts = load.step.words()
+    if parts is not None:
+        measured.append(parts + " (GPU activity)")
+        if load.step.weights is None:
+            assumed.append("the tensor work adds to the step (no DRAM reading)")
+        elif load.step.kv is None:
+            assumed.append("no KV reads (neither the cache's bytes nor the engine's count read)")
     else:
         assumed.append("steps do not lengthen with the batch (no GPU activity read)")
     if index:
