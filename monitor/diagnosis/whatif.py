@@ -2,15 +2,15 @@
 
 Two pure steps, so that a tuner can call the second with figures of its own:
 ``load_from_window`` reads what the window measured (running sequences, throughput, the
-factor on the running sequences at which each limit binds, the share of an engine step that
-grows with the batch) and ``knobs_from_window`` the engine's settings (caps, KV blocks, cache
-dtype); ``predict`` turns both into changes to try.
+factor on the running sequences at which each limit binds, the parts of an engine step) and
+``knobs_from_window`` the engine's settings (caps, KV blocks, cache dtype); ``predict`` turns
+both into changes to try.
 
 The step model (StepModel): an engine step streams the weights once, however many sequences
 ride on it, while the tensor work and the KV cache reads grow with them; a GEMM takes as long
 as the slower of its bytes and its FLOPs, so the tensor work hides under the weights' stream
 until it outgrows it. The parts' shares of a step are read from the GPU's tensor and DRAM
-activity (split into weights and KV by vLLM's estimated FLOPs and bytes); without a GPU
+activity, the KV cache's part from the bytes it holds at the GPU's bandwidth; without a GPU
 reading steps are assumed not to lengthen, and the basis says so. With the running sequences
 f times today's, throughput is f / growth(f) times today's, and the GPU's knee is where one
 more doubling gains under 10% (the rule a sweep's knee follows).
@@ -419,8 +419,11 @@ def _entry(
         }
     measured = [
         f"{load.running:.3g} running, {_fmt_tok(load.tokens_per_s)} tokens/s in this window",
-        "where each limit binds: "
-        + ", ".join(f"{k} at {load.running * v:.3g}" for k, v in sorted(limits.items())),
+        "where each limit binds today, in running sequences: "
+        + ", ".join(
+            f"{k} at {load.running * v:.3g}"
+            for k, v in sorted(load.limits.items(), key=lambda kv: kv[1])
+        ),
     ]
     assumed = [
         "the same request mix; throughput grows with the sequences running",
