@@ -41,6 +41,8 @@ from monitor.window import EngineWindow, GpuWindow, HostWindow
 # where that comes sooner: past it, so that limit, not the knob, binds once the change is made.
 STEP = 2.0
 MARGIN = 1.2
+# A change predicted to gain less than this is not proposed (a tuner stops there too).
+MIN_GAIN = 1.05
 # What an fp8 KV cache does to the tokens that fit: half the bytes a token.
 FP8_KV = 2.0
 # vLLM refuses more of the GPU than this for its own use in practice (the CUDA context and
@@ -57,9 +59,10 @@ class StepModel:
 
     ``compute``: the tensor work (grows with the batch); ``weights``: streaming the weights
     (once a step, however many ride on it); ``kv``: reading the KV cache (grows with the
-    batch). The weights' stream and the tensor work overlap (a GEMM takes as long as the
-    slower of its bytes and its FLOPs); the KV reads and the rest (launches, the host's part)
-    add to them."""
+    batch). A step takes as long as the slower of its memory traffic (the weights and the KV
+    cache) and its tensor work, as a roofline has it (the GPU overlaps the two: the tensor
+    work hides under the weights' stream until it outgrows it), plus the rest (launches,
+    the host's part), paid once a step."""
 
     compute: float | None = None
     weights: float | None = None
@@ -72,7 +75,10 @@ class StepModel:
             # No DRAM reading: nothing says the tensor work hides under the weights' stream.
             return (1.0 - c - k) + (c + k) * f
         w = self.weights
-        return max(0.0, 1.0 - max(w, c) - k) + max(w, c * f) + k * f
+        # Activity read as shares may overlap past the whole step: normalised so that today's
+        # step is 1.
+        rest = max(0.0, 1.0 - max(c, w + k))
+        return (rest + max(c * f, w + k * f)) / (rest + max(c, w + k))
 
     def knee(self, gain: float) -> tuple[str, float] | None:
         """Where one more doubling of the sequences gains under ``gain`` in throughput (the
@@ -82,9 +88,9 @@ class StepModel:
         f = 0.01
         while f < 1e5:
             if 2.0 * self.growth(f) / self.growth(2.0 * f) < 1.0 + gain:
-                grows_c = (self.compute or 0.0) * f
-                grows_k = (self.kv or 0.0) * f
-                return ("compute" if grows_c >= grows_k else "bandwidth"), f
+                tensor = (self.compute or 0.0) * f
+                memory = (self.weights or 0.0) + (self.kv or 0.0) * f
+                return ("compute" if tensor >= memory else "bandwidth"), f
             f *= 1.02
         return None
 
@@ -383,7 +389,10 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
         # The next to bind past it (a GPU knee just before a cap is named in the basis).
         behind = {k: v for k, v in limits.items() if k != now and v >= limits[now]}
         nxt = min(behind, key=lambda k: behind[k]) if behind else None
-        out.append(_entry(load, knobs, move, before, now, factor, nxt, limits, len(out)))
+        entry = _entry(load, knobs, move, before, now, factor, nxt, limits, len(out))
+        if entry["predicted"]["gain"] < MIN_GAIN:
+            break  # within what one window's figures can tell from no change
+        out.append(entry)
     return out
 
 

@@ -157,3 +157,10 @@ def test_the_json_carries_the_fields_scripts_read() -> None:
     assert set(w["predicted"]) >= {"limit", "concurrency", "throughput_tok_s", "rate_rps",
                                    "ttft_growth", "itl_growth"}  # fmt: skip
     assert set(w["basis"]) == {"measured", "assumed"}
+
+
+def test_a_change_that_would_gain_under_five_percent_is_not_proposed() -> None:
+    # The KV cache fills 2% past the cap: raising the cap would buy nothing worth a restart.
+    load = Load(running=64.0, tokens_per_s=5000.0, rate_rps=5.0,
+                limits={"seq-cap": 1.0, "kv-cap": 1.02}, step=StepModel(compute=0.1))  # fmt: skip
+    assert predict(load, Knobs(seq_cap=64, num_gpu_blocks=4000)) == []
