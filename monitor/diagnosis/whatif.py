@@ -434,6 +434,9 @@ def _entry(
             for k, v in sorted(load.limits.items(), key=lambda kv: kv[1])
         ),
     ]
+    where = _read_from(move.knob, knobs)
+    if where is not None and move.current is not None:
+        measured.append(f"{move.flag} {move.current}: {where}")
     assumed = [
         "the same request mix; throughput grows with the sequences running",
         f"{move.flag} scales its limit in proportion ({move.scale:.3g}x)",
@@ -470,6 +473,25 @@ def _entry(
         "next_limit": next_limit,
         "basis": {"measured": measured, "assumed": assumed},
     }
+
+
+_ORIGIN_WORDS = {
+    "given": "as given to headroom",
+    "reported": "as the engine reports it",
+    "inferred": "inferred from this window's plateau",
+    "remembered": "inferred from an earlier window's plateau",
+}
+
+
+def _read_from(knob: str, knobs: Knobs) -> str | None:
+    """Where today's value of a knob was read, in words."""
+    if knob == "max_num_seqs":
+        return _ORIGIN_WORDS.get(knobs.origins.get("seq_cap", ""))
+    if knob == "max_num_batched_tokens":
+        return _ORIGIN_WORDS.get(knobs.origins.get("token_budget", ""))
+    if knob in ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_dtype"):
+        return "from the engine's cache_config_info"
+    return None
 
 
 def _fmt_tok(v: float | None) -> str:
