@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from monitor.capacity_text import capacity_words, headroom_words
 from monitor.gpu_sharing import hidden_pids_note, processes_json
 from monitor.scopes import engine_scope, gpu_scope
+from monitor.whatif_text import whatif_text
 from monitor.window import EngineWindow, GpuWindow, HostWindow, WindowStats
 
 if TYPE_CHECKING:
@@ -193,6 +194,7 @@ def build_report(
         # keeps them too (the TUI, the exporter and older scripts read them there).
         ej["ttft_parts"] = ej["analysis"].get("ttft_parts")
         ej["headroom"] = ej["analysis"].get("headroom")
+        ej["whatif"] = ej["analysis"].get("whatif") or []
         ej["cpu_profile"] = profile
         engines.append(ej)
     return {
@@ -309,6 +311,8 @@ def render_text(report: Mapping[str, Any]) -> str:
                 lines.append(f"  capacity {capacity_words(a, _cap_how(a))}")
             for u in e.get("analysis", {}).get("unjudged", []):
                 lines.append(f"  cannot judge {u['cause']}: {u['why']}")
+            for w in (e.get("whatif") or [])[:2]:
+                lines.append(f"  what-if: {whatif_text(w)}")
         total = report.get("engines_total")
         if total:
             lines.append(

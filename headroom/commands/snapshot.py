@@ -41,6 +41,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "non-blocking: the engine is never paused) and name its hot thread's top functions",
     )
     p.add_argument(
+        "--target-rate",
+        type=float,
+        metavar="RPS",
+        help="also say how many boxes like this one serve RPS requests/s (from each engine's "
+        "rate at its first limit, the headroom figure)",
+    )
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="METRIC_PCT=SECONDS",
+        help="with --target-rate: a latency each box must keep (ttft, itl or e2e at p50 or "
+        "p95, e.g. itl_p95=0.05); repeat for several",
+    )
+    p.add_argument(
         "--profile-rate",
         type=int,
         default=50,
@@ -58,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     interval = args.interval if args.interval is not None else min(1.0, args.window / 4)
     if interval <= 0:
         raise ConfigError("--interval must be positive")
+    slos = _slos(args)
     diagnoser = build_diagnoser_from_args(args)
     sources, notes = build_sources_from_args(args, one_shot=True)
     if args.json:  # in text mode the notes are printed with the table
@@ -96,11 +112,19 @@ def run(args: argparse.Namespace) -> int:
                     {"source": err.source, "target": err.target, "message": err.message}
                 )
                 print(f"headroom snapshot: {line}", file=sys.stderr)
+    if args.target_rate is not None:
+        from monitor.capacity import capacity
+
+        report["capacity"] = capacity(report, args.target_rate, slos)
     if args.json:
         print(json.dumps(report, indent=2))
     elif not no_data:
         # With nothing read, an empty table says nothing the closing line does not.
         print(render_text(report))
+        if args.target_rate is not None:
+            from monitor.capacity import capacity_text
+
+            print(capacity_text(report["capacity"]))
     if no_data:
         why = "; ".join(error_line(e) for e in report["errors"][:3])
         print(
@@ -110,6 +134,22 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _slos(args: argparse.Namespace) -> dict[str, float]:
+    """--slo and --target-rate checked before any sampling: a bad one is one line, exit 1."""
+    if args.slo and args.target_rate is None:
+        raise ConfigError("--slo needs --target-rate (the SLOs bound each box's rate)")
+    if args.target_rate is not None and not args.target_rate > 0:
+        raise ConfigError("--target-rate must be a positive requests/s")
+    if not args.slo:
+        return {}
+    from loadgen.analysis import parse_slo
+    from monitor.capacity import check_slos
+
+    slos = dict(parse_slo(text) for text in args.slo)
+    check_slos(slos)
+    return slos
 
 
 def _profile_target(args: argparse.Namespace, sources: list) -> tuple[int, bool]:  # type: ignore[type-arg]

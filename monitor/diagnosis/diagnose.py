@@ -23,11 +23,12 @@ from monitor.diagnosis.coverage import can_judge, unjudged
 from monitor.diagnosis.cpu_rules import cpu_bound_box, cpu_bound_engine
 from monitor.diagnosis.gpu_rules import launch_bound, saturated, transfer_bound
 from monitor.diagnosis.idle_rules import box_idle, engine_idle, gpu_idle, idle_gpus
-from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict
+from monitor.diagnosis.rule_kit import BOX, Context, engine_table, ev, make_verdict
 from monitor.diagnosis.scheduler_rules import kv_cap, seq_cap, starved, token_cap
 from monitor.diagnosis.sharing_rules import contended, with_sharing_evidence
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
+from monitor.diagnosis.whatif import engine_whatif, with_whatif
 from monitor.profiling.handoff import gpu_next_steps
 from monitor.report import engine_scope, gpu_scope
 from monitor.window import WindowStats
@@ -293,11 +294,24 @@ def diagnose(
             ),  # fmt: skip
             # The engine verdicts this page cannot support, and why.
             "unjudged": unjudged(e),
+            # What changing the knob of the leading limit (and the next) would buy.
+            "whatif": engine_whatif(
+                e,
+                window.gpus,
+                window.host,
+                ctx.seq_cap(e),
+                ctx.token_budget(e),
+                ctx.littles(e),
+                thresholds,
+                caps,
+                engine_table(e).seq_cap_setting,
+            ),  # fmt: skip
         }
         for e in window.engines
     }
     analyses["box"] = _box_analysis(ctx)
     verdicts = [_hand_off(ctx, v) for v in with_sharing_evidence(ctx, verdicts)]
+    verdicts = with_whatif(verdicts, analyses)
     ordered = order(verdicts, thresholds)
     return Diagnosis(defer_to_lead(ordered) if reconcile else ordered, analyses)
 

@@ -36,6 +36,7 @@ from monitor.tui.widgets import (
 from monitor.tui.widgets import (
     meter as _meter,
 )
+from monitor.whatif_text import whatif_text
 
 
 def gap_words(util: float, sm: float, verdict: Mapping[str, Any] | None) -> str:
@@ -558,6 +559,9 @@ class EngineDetailScreen(DetailScreen):
         text.append("\n")
         widens = bool((view.report or {}).get("window_widens_to_s"))
         text.append_text(littles_lines(e, width, widens))
+        for w in (e.get("whatif") or [])[:2]:
+            text.append("what-if  ", style="bold")
+            text.append(fmt.clip(whatif_text(w), width - 9) + "\n")
         prof = e.get("cpu_profile")
         if prof:
             text.append("\n")

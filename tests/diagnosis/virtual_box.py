@@ -8,6 +8,7 @@ does at other loads (its throughput curve, its knee) exactly, without a machine'
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from monitor.samples import Snapshot
@@ -40,3 +41,90 @@ def closed_loop(cfg: SimConfig, concurrency: int, *, warmup_s: float, window_s: 
         if sim.now >= t_end:
             return compute_window(snaps)
         sim.run_for(tick_s)
+
+
+# What a sweep's step reads: concurrency, tokens/s, mean running and waiting, the window.
+Step = tuple[int, float, float, float, WindowStats]
+
+
+def step_at(cfg: SimConfig, concurrency: int, *, warmup_s: float = 60.0,
+            window_s: float = 40.0) -> Step:  # fmt: skip
+    w = closed_loop(cfg, concurrency, warmup_s=warmup_s, window_s=window_s)
+    e = w.engines[0]
+    return (concurrency, e.generation_tokens_per_s or 0.0, e.running_mean or 0.0,
+            e.waiting_mean or 0.0, w)  # fmt: skip
+
+
+def sweep_knee(cfg: SimConfig, *, most: int = 512, gain: float = 0.1,
+               **kw: float) -> tuple[Step, list[Step]]:  # fmt: skip
+    """A closed-loop sweep on virtual time, as `headroom sweep` runs one: doubling from one
+    stream until a doubling gains under ``gain`` in throughput, then bisecting between the
+    last load that still gained and that one. The knee is the highest load that still gained:
+    the box's saturation point. (Requests waiting alone do not end it: where prompts wait for
+    room in the token budget they start to queue while throughput still grows a third per
+    doubling; past a cap, throughput stops growing at once.)"""
+    steps: dict[int, Step] = {}
+
+    def at(c: int) -> Step:
+        if c not in steps:
+            steps[c] = step_at(cfg, c, **kw)
+        return steps[c]
+
+    def past(lo: Step, hi: Step) -> bool:
+        doublings = math.log2(hi[0] / lo[0])
+        return hi[1] < lo[1] * (1 + gain) ** doublings
+
+    good, c = at(1), 2
+    while c <= most:
+        s = at(c)
+        if past(good, s):
+            break
+        good, c = s, 2 * c
+    else:
+        return good, sorted(steps.values(), key=lambda s: s[0])
+    lo, hi = good[0], c
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        s = at(mid)
+        if past(good, s):
+            hi = mid
+        else:
+            good, lo = s, mid
+    return good, sorted(steps.values(), key=lambda s: s[0])
+
+
+def blocking(cfg: SimConfig, concurrency: int, *, warmup_s: float = 60.0,
+             window_s: float = 40.0) -> dict[str, float]:  # fmt: skip
+    """What held requests back, from the simulated engine's own state (the truth a diagnosis
+    is checked against): the share of the time each reason held the head of the queue out
+    of a step, judged as the step is planned. seq-cap: every sequence slot taken; kv-cap: a
+    sequence preempted, or slots and budget to spare yet no KV blocks; token-cap: the step
+    used the whole token budget; where nothing waited, the step's own bound (compute or
+    bandwidth)."""
+    load = replace(cfg.load, mode="closed", concurrency=concurrency)
+    sim = Simulator(replace(cfg, load=load), record=False)
+    sim.run_for(warmup_s)
+    e, core = cfg.engine, sim.core
+    held: dict[str, float] = {}
+    plan = core.schedule
+
+    def schedule():  # noqa: ANN202 - the engine's own signature
+        step = plan()
+        if step is not None:
+            if not core.waiting:
+                why = "compute" if step.gpu.compute_bound else "bandwidth"
+            elif len(core.running) >= e.max_num_seqs:
+                why = "seq-cap"
+            elif step.preempted:
+                why = "kv-cap"
+            elif step.tokens >= e.max_num_batched_tokens:
+                why = "token-cap"
+            else:
+                why = "kv-cap"
+            held[why] = held.get(why, 0.0) + step.duration_s
+        return step
+
+    core.schedule = schedule  # type: ignore[method-assign]
+    sim.run_for(window_s)
+    total = sum(held.values()) or 1.0
+    return {k: round(v / total, 3) for k, v in sorted(held.items(), key=lambda kv: -kv[1])}

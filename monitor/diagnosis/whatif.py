@@ -1,0 +1,546 @@
+"""What a config change buys, predicted from one window: the what-if.
+
+Two pure steps, so that a tuner can call the second with figures of its own:
+``load_from_window`` reads what the window measured (running sequences, throughput, the
+factor on the running sequences at which each limit binds, the parts of an engine step) and
+``knobs_from_window`` the engine's settings (caps, KV blocks, cache dtype); ``predict`` turns
+both into changes to try.
+
+The step model (StepModel): an engine step streams the weights once, however many sequences
+ride on it, while the tensor work and the KV cache reads grow with them; a GEMM takes as long
+as the slower of its bytes and its FLOPs, so the tensor work hides under the weights' stream
+until it outgrows it. The parts' shares of a step are read from the GPU's tensor and DRAM
+activity, the KV cache's part from the bytes it holds at the GPU's bandwidth; without a GPU
+reading steps are assumed not to lengthen, and the basis says so. With the running sequences
+f times today's, throughput is f / growth(f) times today's, and the GPU's knee is where one
+more doubling gains under 10% (the rule a sweep's knee follows).
+
+Each limit is a factor on today's running sequences: the sequence cap, the KV cache, the
+token budget (prefill-heavy loads), the GPU's knee (compute or bandwidth) and the engine's
+CPU. A knob scales its limit's factor by the ratio of its new value to today's. The leading
+limit's knob is proposed at twice today's value, or just past the next limit behind it
+where that comes sooner (a cap raised further buys nothing once another binds); the change
+after it, for the limit that then binds, follows on top of the first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.diagnosis import figures as fig
+from monitor.diagnosis.thresholds import Caps, Thresholds
+from monitor.diagnosis.verdict import Verdict
+from monitor.whatif_text import whatif_text
+from monitor.window import EngineWindow, GpuWindow, HostWindow
+
+# A knob is raised at most this much in one change, and just past (by MARGIN) the next limit
+# where that comes sooner: past it, so that limit, not the knob, binds once the change is made.
+STEP = 2.0
+MARGIN = 1.2
+# A change predicted to gain less than this is not proposed (a tuner stops there too).
+MIN_GAIN = 1.05
+# What an fp8 KV cache does to the tokens that fit: half the bytes a token.
+FP8_KV = 2.0
+# vLLM refuses more of the GPU than this for its own use in practice (the CUDA context and
+# other processes need some).
+GMU_MAX = 0.95
+
+_GPU_LIMITS = ("compute", "bandwidth")
+_WIDE_DTYPES = {"auto", "bfloat16", "float16", "half", "float32", "f16", "bf16"}
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """What an engine step is made of now, as shares of its time (None: not read).
+
+    ``compute``: the tensor work (grows with the batch); ``weights``: streaming the weights
+    (once a step, however many ride on it); ``kv``: reading the KV cache (grows with the
+    batch). A step takes as long as the slower of its memory traffic (the weights and the KV
+    cache) and its tensor work, as a roofline has it (the GPU overlaps the two: the tensor
+    work hides under the weights' stream until it outgrows it), plus the rest (launches,
+    the host's part), paid once a step."""
+
+    compute: float | None = None
+    weights: float | None = None
+    kv: float | None = None
+
+    def growth(self, f: float) -> float:
+        """How much longer a step takes with ``f`` times the sequences."""
+        c, k = self.compute or 0.0, self.kv or 0.0
+        if self.weights is None:
+            # No DRAM reading: nothing says the tensor work hides under the weights' stream.
+            return (1.0 - c - k) + (c + k) * f
+        w = self.weights
+        # Activity read as shares may overlap past the whole step: normalised so that today's
+        # step is 1.
+        rest = max(0.0, 1.0 - max(c, w + k))
+        return (rest + max(c * f, w + k * f)) / (rest + max(c, w + k))
+
+    def knee(self, gain: float) -> tuple[str, float] | None:
+        """Where one more doubling of the sequences gains under ``gain`` in throughput (the
+        rule a sweep's knee follows), and which part of the step grows most there."""
+        if not self.compute and not self.kv:
+            return None
+        f = 0.01
+        while f < 1e5:
+            if 2.0 * self.growth(f) / self.growth(2.0 * f) < 1.0 + gain:
+                tensor = (self.compute or 0.0) * f
+                memory = (self.weights or 0.0) + (self.kv or 0.0) * f
+                return ("compute" if tensor >= memory else "bandwidth"), f
+            f *= 1.02
+        return None
+
+    def words(self) -> str | None:
+        parts = []
+        if self.compute is not None:
+            parts.append(f"tensor work {100 * self.compute:.0f}%")
+        if self.weights is not None:
+            parts.append(f"the weights' stream {100 * self.weights:.0f}%")
+        if self.kv is not None:
+            parts.append(f"KV reads {100 * self.kv:.0f}%")
+        return ", ".join(parts) + " of a step" if parts else None
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """What one window measured, the what-if's inputs (a tuner may build one from a sweep)."""
+
+    running: float  # mean running sequences
+    tokens_per_s: float | None  # generation tokens per second
+    rate_rps: float | None  # completions per second
+    # The factor on today's running sequences at which each limit binds (below 1: bound now).
+    limits: Mapping[str, float]
+    step: StepModel
+    tokens_per_step: float | None = None
+    prompt_tokens_mean: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The engine's settings that move its limits (None: not known)."""
+
+    flavour: str = "vllm"
+    seq_cap: int | None = None
+    seq_flag: str = "--max-num-seqs"
+    token_budget: int | None = None
+    token_flag: str | None = "--max-num-batched-tokens"
+    num_gpu_blocks: int | None = None
+    blocks_override: bool = False  # the block count was set with --num-gpu-blocks-override
+    block_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_bytes: float | None = None
+    gpu_memory_bytes: float | None = None
+    cache_dtype: str | None = None
+    origins: Mapping[str, str] = field(default_factory=dict)  # knob -> where it was read
+
+
+# -- the window's figures ------------------------------------------------------------
+
+
+def kv_read_time(
+    gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds
+) -> float | None:
+    """The share of the engine's time spent reading the KV cache: each step reads the cache
+    its sequences hold (KV used x the cache's bytes, from vLLM's cache_config_info) at the
+    bandwidth the GPU reaches (its peak x headroom_dram_max). None where any is unknown."""
+    kv_bytes, used = _cc_float(e, "kv_cache_memory_bytes"), e.kv_cache_usage_mean
+    peak, steps = fig.gpu_peak(gpus, caps), fig.steps_per_s(e)
+    if not kv_bytes or used is None or peak is None or not steps:
+        return None
+    return used * kv_bytes / (peak.hbm_bytes_per_s * th.headroom_dram_max) * steps
+
+
+def step_model(gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds) -> StepModel:
+    """The step's parts from the GPU's activity: tensor-pipe activity against what it reads
+    when compute alone fills the GPU, DRAM activity likewise, of which the KV cache's reads
+    take the time kv_read_time says (or, without it, the share of bytes vLLM's estimated
+    FLOPs and bytes leave to the KV cache: figures.kv_read_share); the weights the rest."""
+    tensor, dram = fig.tensor_active_mean(gpus), fig.dram_active_mean(gpus)
+    compute = None if tensor is None else min(tensor / th.headroom_tensor_max, 1.0)
+    if dram is None:
+        return StepModel(compute=compute)
+    memory = min(dram / th.headroom_dram_max, 1.0)
+    kv_part = kv_read_time(gpus, e, caps, th)
+    if kv_part is None:
+        share = fig.kv_read_share(e, caps)
+        kv_part = None if share is None else memory * share
+    kv_part = None if kv_part is None else min(kv_part, memory)
+    return StepModel(compute=compute, weights=memory - (kv_part or 0.0), kv=kv_part)
+
+
+def load_from_window(
+    e: EngineWindow,
+    gpus: Sequence[GpuWindow],
+    host: HostWindow | None,
+    cap: fig.SeqCap,
+    budget: fig.TokenBudget,
+    lit: fig.Littles,
+    th: Thresholds,
+    caps: Caps,
+) -> Load | None:
+    """The what-if's inputs from a window; None where nothing runs."""
+    running = e.running_mean
+    if not running or running <= 0:
+        return None
+    limits: dict[str, float] = {}
+    if cap.value:
+        limits["seq-cap"] = cap.value / running
+    kv = e.kv_cache_usage_mean
+    if kv is not None and kv > 0.001:
+        # A KV cache barely used still fills at some load: its factor is large, not absent.
+        limits["kv-cap"] = th.kv_full / kv
+    step = step_model(gpus, e, caps, th)
+    knee = step.knee(th.headroom_knee_gain)
+    if knee is not None:
+        limits[knee[0]] = knee[1]
+    thread, busy = fig.engine_thread_ratio(host), fig.busy_fraction(gpus)
+    if thread is not None and thread >= th.headroom_cpu_min and busy is not None:
+        if busy < th.util_low:
+            limits["cpu"] = 1.0 / thread
+    if (
+        budget.value
+        and e.iteration_tokens_mean
+        and budget.prefill_share is not None
+        and budget.prefill_share >= th.prefill_share_min
+    ):
+        limits["token-cap"] = budget.value / e.iteration_tokens_mean
+    if not limits:
+        return None
+    prompt_mean = None
+    if e.prompt_tokens_per_s and lit.throughput_rps:
+        prompt_mean = e.prompt_tokens_per_s / lit.throughput_rps
+    return Load(
+        running=running,
+        tokens_per_s=e.generation_tokens_per_s,
+        rate_rps=lit.throughput_rps,
+        limits=limits,
+        step=step,
+        tokens_per_step=e.iteration_tokens_mean,
+        prompt_tokens_mean=prompt_mean,
+    )
+
+
+def _cc_int(e: EngineWindow, key: str) -> int | None:
+    v = dict(e.cache_config).get(key)
+    try:
+        n = int(float(v)) if v not in (None, "", "None") else None
+    except ValueError:
+        return None
+    return n if n is not None and n > 0 else None
+
+
+def _cc_float(e: EngineWindow, key: str) -> float | None:
+    v = dict(e.cache_config).get(key)
+    try:
+        return float(v) if v not in (None, "", "None") else None
+    except ValueError:
+        return None
+
+
+def knobs_from_window(
+    e: EngineWindow,
+    gpus: Sequence[GpuWindow],
+    cap: fig.SeqCap,
+    budget: fig.TokenBudget,
+    seq_flag: str,
+) -> Knobs:
+    """The engine's settings, as the window read them (vLLM's cache_config_info, the caps)."""
+    cc = dict(e.cache_config)
+    flavour = e.flavour or "vllm"
+    token_flag = {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size"}.get(
+        flavour.split("-")[0]
+    )
+    totals = [g.memory_total_bytes for g in gpus if g.memory_total_bytes]
+    origins = {}
+    if cap.origin:
+        origins["seq_cap"] = cap.origin
+    if budget.origin:
+        origins["token_budget"] = budget.origin
+    return Knobs(
+        flavour=flavour,
+        seq_cap=cap.value,
+        seq_flag=seq_flag,
+        token_budget=budget.value,
+        token_flag=token_flag,
+        num_gpu_blocks=_cc_int(e, "num_gpu_blocks"),
+        blocks_override=_cc_int(e, "num_gpu_blocks_override") is not None,
+        block_size=_cc_int(e, "block_size"),
+        gpu_memory_utilization=_cc_float(e, "gpu_memory_utilization"),
+        kv_cache_bytes=_cc_float(e, "kv_cache_memory_bytes"),
+        gpu_memory_bytes=totals[0] if totals else None,
+        cache_dtype=cc.get("cache_dtype"),
+        origins=origins,
+    )
+
+
+# -- the prediction ------------------------------------------------------------------
+
+
+def _growth(load: Load, factor: float) -> float:
+    return load.step.growth(factor)
+
+
+def _throughput(load: Load, factor: float) -> float:
+    """Throughput at ``factor`` times today's running sequences, over today's."""
+    return factor / _growth(load, factor)
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    knob: str  # the limit it moves's knob name: "max_num_seqs", "kv_blocks", ...
+    flag: str
+    current: Any
+    proposed: Any
+    scale: float  # how much the limit's factor grows
+    notes: tuple[str, ...] = ()
+
+
+def _binding(limits: Mapping[str, float]) -> str:
+    """The limit that binds first. The GPU's knee is soft (past it a doubling still gains a
+    little) where a cap is hard: a cap within MARGIN behind the knee is what holds requests
+    back there, and is named."""
+    first = min(limits, key=lambda k: limits[k])
+    if first in _GPU_LIMITS:
+        hard = [k for k in limits if k not in _GPU_LIMITS and limits[k] <= limits[first] * MARGIN]
+        if hard:
+            return min(hard, key=lambda k: limits[k])
+    return first
+
+
+def _want(limits: Mapping[str, float], lead: str) -> float:
+    """How much the leading limit's factor should grow: to just past the next limit behind it,
+    or a doubling where none comes sooner."""
+    f = max(limits[lead], 1e-9)
+    behind = [v for k, v in limits.items() if k != lead]
+    if behind and min(behind) * MARGIN < STEP * f:
+        return max(min(behind) * MARGIN / f, 1.0)
+    return STEP
+
+
+def _int_up(value: float, step: int = 1) -> int:
+    return int(math.ceil(value / step - 1e-9) * step)
+
+
+def _move(lead: str, want: float, knobs: Knobs) -> _Move | None:
+    if lead == "seq-cap" and knobs.seq_cap:
+        new = max(knobs.seq_cap + 1, _int_up(knobs.seq_cap * want))
+        return _Move("max_num_seqs", knobs.seq_flag, knobs.seq_cap, new, new / knobs.seq_cap)
+    if lead == "token-cap" and knobs.token_budget and knobs.token_flag:
+        # A multiple of 16, as budgets are written; never below one step more.
+        cur = knobs.token_budget
+        new = max(cur + 16, _int_up(cur * want, 16))
+        return _Move("max_num_batched_tokens", knobs.token_flag, cur, new, new / cur)
+    if lead == "kv-cap":
+        return _kv_move(want, knobs)
+    return None
+
+
+def _kv_move(want: float, knobs: Knobs) -> _Move | None:
+    blocks = knobs.num_gpu_blocks
+    if knobs.flavour.startswith("llamacpp"):
+        # llama.cpp's slots share one context: its size is the KV cache.
+        return _Move("ctx_size", "--ctx-size", None, None, want, ("today's --ctx-size unread",))
+    gmu, kv_bytes, total = (
+        knobs.gpu_memory_utilization,
+        knobs.kv_cache_bytes,
+        knobs.gpu_memory_bytes,
+    )
+    if not knobs.blocks_override and gmu and kv_bytes and total and gmu < GMU_MAX:
+        new = min(GMU_MAX, math.ceil(100 * (gmu + kv_bytes * (want - 1.0) / total)) / 100)
+        scale = (kv_bytes + (new - gmu) * total) / kv_bytes
+        if scale > 1.0:
+            return _Move("gpu_memory_utilization", "--gpu-memory-utilization", gmu, new, scale)
+    if blocks:
+        new = max(blocks + 1, _int_up(blocks * want))
+        return _Move("num_gpu_blocks", "--num-gpu-blocks-override", blocks, new, new / blocks)
+    if knobs.cache_dtype in _WIDE_DTYPES:
+        return _Move("kv_cache_dtype", "--kv-cache-dtype", knobs.cache_dtype, "fp8", FP8_KV)
+    return None
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
+    """The change to the leading limit's knob, and the one after it for the limit that then
+    binds (on top of the first): each with its predicted throughput and concurrency at the new
+    limit, the limit behind it, and the latency cost. Gains and growths are against the
+    current limit (what the box does at its knee today), not against the window's load."""
+    limits = dict(load.limits)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for _ in range(2):
+        lead = _binding(limits)
+        if lead in seen or lead in _GPU_LIMITS or lead == "cpu":
+            break
+        move = _move(lead, _want(limits, lead), knobs)
+        if move is None:
+            break
+        seen.add(lead)
+        before = max(1.0, limits[lead])
+        limits[lead] = limits[lead] * move.scale
+        now = _binding(limits)
+        factor = max(1.0, limits[now])
+        # The next to bind past it (a GPU knee just before a cap is named in the basis).
+        behind = {k: v for k, v in limits.items() if k != now and v >= limits[now]}
+        nxt = min(behind, key=lambda k: behind[k]) if behind else None
+        entry = _entry(load, knobs, move, before, now, factor, nxt, limits, len(out))
+        if entry["predicted"]["gain"] < MIN_GAIN:
+            break  # within what one window's figures can tell from no change
+        out.append(entry)
+    return out
+
+
+def _entry(
+    load: Load,
+    knobs: Knobs,
+    move: _Move,
+    before: float,
+    now: str,
+    factor: float,
+    nxt: str | None,
+    limits: Mapping[str, float],
+    index: int,
+) -> dict[str, Any]:
+    gain = _throughput(load, factor) / _throughput(load, before)
+    itl = _growth(load, factor) / _growth(load, before)
+    ttft = itl
+    if move.knob == "max_num_batched_tokens" and load.prompt_tokens_mean:
+        # A prompt takes ceil(prompt / budget) steps to prefill: fewer with a bigger budget.
+        chunks = math.ceil(load.prompt_tokens_mean / move.current)
+        ttft = itl * math.ceil(load.prompt_tokens_mean / move.proposed) / max(chunks, 1)
+    tok = None if load.tokens_per_s is None else load.tokens_per_s * _throughput(load, factor)
+    rate = None if load.rate_rps is None else load.rate_rps * _throughput(load, factor)
+    next_limit = None
+    if nxt is not None:
+        f = max(1.0, limits[nxt])
+        next_limit = {
+            "limit": nxt,
+            "concurrency": _r(load.running * f, 2),
+            "throughput_tok_s": None
+            if load.tokens_per_s is None
+            else _r(load.tokens_per_s * _throughput(load, f), 1),
+        }
+    measured = [
+        f"{load.running:.3g} running, {_fmt_tok(load.tokens_per_s)} tokens/s in this window",
+        "where each limit binds today, in running sequences: "
+        + ", ".join(
+            f"{k} at {load.running * v:.3g}"
+            for k, v in sorted(load.limits.items(), key=lambda kv: kv[1])
+        ),
+    ]
+    where = _read_from(move.knob, knobs)
+    if where is not None and move.current is not None:
+        measured.append(f"{move.flag} {move.current}: {where}")
+    assumed = [
+        "the same request mix; throughput grows with the sequences running",
+        f"{move.flag} scales its limit in proportion ({move.scale:.3g}x)",
+    ]
+    parts = load.step.words()
+    if parts is not None:
+        measured.append(parts + " (GPU activity)")
+        if load.step.weights is None:
+            assumed.append("the tensor work adds to the step (no DRAM reading)")
+        elif load.step.kv is None:
+            assumed.append("no KV reads (neither the cache's bytes nor the engine's count read)")
+    else:
+        assumed.append("steps do not lengthen with the batch (no GPU activity read)")
+    if index:
+        assumed.append("on top of the change above")
+    assumed += list(move.notes)
+    return {
+        "knob": move.knob,
+        "flag": move.flag,
+        "current": move.current,
+        "proposed": move.proposed,
+        # How much the knob moves its limit (the proposed value over the current, or what an
+        # fp8 cache or a value not read would do).
+        "scale": _r(move.scale),
+        "predicted": {
+            "limit": now,
+            "concurrency": _r(load.running * factor, 2),
+            "throughput_tok_s": _r(tok, 1),
+            "rate_rps": _r(rate, 4),
+            "ttft_growth": _r(ttft),
+            "itl_growth": _r(itl),
+            "gain": _r(gain),
+        },
+        "next_limit": next_limit,
+        "basis": {"measured": measured, "assumed": assumed},
+    }
+
+
+_ORIGIN_WORDS = {
+    "given": "as given to headroom",
+    "reported": "as the engine reports it",
+    "inferred": "inferred from this window's plateau",
+    "remembered": "inferred from an earlier window's plateau",
+}
+
+
+def _read_from(knob: str, knobs: Knobs) -> str | None:
+    """Where today's value of a knob was read, in words."""
+    if knob == "max_num_seqs":
+        return _ORIGIN_WORDS.get(knobs.origins.get("seq_cap", ""))
+    if knob == "max_num_batched_tokens":
+        return _ORIGIN_WORDS.get(knobs.origins.get("token_budget", ""))
+    if knob in ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_dtype"):
+        return "from the engine's cache_config_info"
+    return None
+
+
+def _fmt_tok(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def engine_whatif(
+    e: EngineWindow,
+    gpus: Sequence[GpuWindow],
+    host: HostWindow | None,
+    cap: fig.SeqCap,
+    budget: fig.TokenBudget,
+    lit: fig.Littles,
+    th: Thresholds,
+    caps: Caps,
+    seq_flag: str = "--max-num-seqs",
+) -> list[dict[str, Any]]:
+    """The what-if for one engine's window (``engines[].whatif``); empty where nothing can
+    be predicted (no load, no limit known, or the leading limit has no knob)."""
+    load = load_from_window(e, gpus, host, cap, budget, lit, th, caps)
+    if load is None:
+        return []
+    return predict(load, knobs_from_window(e, gpus, cap, budget, seq_flag))
+
+
+_CAUSE_KNOBS = {
+    "seq-cap": ("max_num_seqs",),
+    "kv-cap": ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_dtype", "ctx_size"),
+    "token-cap": ("max_num_batched_tokens",),
+}
+
+
+def for_cause(whatif: Sequence[Mapping[str, Any]], cause: str) -> Mapping[str, Any] | None:
+    """The what-if that moves the limit a cap verdict names, if any."""
+    knobs = _CAUSE_KNOBS.get(cause, ())
+    for w in whatif:
+        if w["knob"] in knobs:
+            return w
+    return None
+
+
+def with_whatif(
+    verdicts: Sequence[Verdict], analyses: Mapping[str, Mapping[str, Any]]
+) -> list[Verdict]:
+    """A cap verdict's fix quotes the what-if that moves its limit."""
+    out = []
+    for v in verdicts:
+        w = for_cause((analyses.get(v.scope) or {}).get("whatif") or (), v.cause)
+        if w is not None:
+            v = dataclasses.replace(v, fix=f"{v.fix}; {whatif_text(w)}")
+        out.append(v)
+    return out
