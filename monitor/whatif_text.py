@@ -24,8 +24,13 @@ def whatif_text(w: Mapping[str, Any]) -> str:
     else:
         change = f"raise {w['flag']} {_value(w['current'])} -> {_value(w['proposed'])}"
     gain = p.get("gain")
-    text = f"{change}: ~{gain:.2g}x tokens/s" if gain is not None else change
     c = p["concurrency"]
+    # A change the diagnosis proposes gains at least 5%; one at no gain is listed only where
+    # another limit (the engine's CPU) binds before the cap it raises.
+    if gain is not None and gain <= 1.0:
+        at = f"~{c:.0f}" if c >= 10 else f"~{c:.2g}"
+        return f"{change} buys nothing: {p['limit']} binds first, at {at} sequences"
+    text = f"{change}: ~{gain:.2g}x tokens/s" if gain is not None else change
     # Whole sequences past ten ("~13", not "~12.6"): the figure is an estimate.
     text += f", then {p['limit']} at ~{c:.0f}" if c >= 10 else f", then {p['limit']} at ~{c:.2g}"
     text += " sequences"

@@ -198,8 +198,14 @@ def load_from_window(
     if knee is not None:
         limits[knee[0]] = knee[1]
     thread, busy = fig.engine_thread_ratio(host), fig.busy_fraction(gpus)
-    if thread is not None and thread >= th.headroom_cpu_min and busy is not None:
-        if busy < th.util_low:
+    if thread is not None and busy is not None:
+        # As the headroom figure has it (a thread busy while the GPU idles), and also where the
+        # cpu-bound rule names the thread (a full core beside a GPU short of busy): on the
+        # H200 llama.cpp's one thread at 96% of a core beside 67% GPU busy held 8 slots, and
+        # 16 slots then ran 0.9x the tokens of 8, not the 2x a slot count alone predicts.
+        idle_beside = thread >= th.headroom_cpu_min and busy < th.util_low
+        in_path = thread >= th.engine_thread_busy and busy < th.util_saturated
+        if idle_beside or in_path:
             limits["cpu"] = 1.0 / thread
     if (
         budget.value
@@ -376,9 +382,18 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
     seen: set[str] = set()
     for _ in range(2):
         lead = _binding(limits)
+        blocked = False
+        if lead == "cpu" and not out:
+            # The engine's CPU binds before the cap that holds requests: raising the cap buys
+            # nothing, which is worth saying where the cap's verdict says to raise it.
+            caps = [k for k in limits if k not in _GPU_LIMITS and k != "cpu"]
+            if not caps:
+                break
+            lead, blocked = min(caps, key=lambda k: limits[k]), True
         if lead in seen or lead in _GPU_LIMITS or lead == "cpu":
             break
-        move = _move(lead, _want(limits, lead), knobs)
+        # Blocked, the usual doubling: what a user would try, and what buys nothing.
+        move = _move(lead, STEP if blocked else _want(limits, lead), knobs)
         if move is None:
             break
         seen.add(lead)
@@ -391,6 +406,8 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
         nxt = min(behind, key=lambda k: behind[k]) if behind else None
         entry = _entry(load, knobs, move, before, now, factor, nxt, limits, len(out))
         if entry["predicted"]["gain"] < MIN_GAIN:
+            if blocked:
+                out.append(entry)
             break  # within what one window's figures can tell from no change
         out.append(entry)
     return out
