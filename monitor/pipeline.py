@@ -201,7 +201,13 @@ class Monitor:
                 self._judge(latest, step=False)
 
     def _build_report(self, window: WindowStats, diagnosis: Diagnosis) -> dict[str, Any]:
-        report = build_report(window, diagnosis.verdicts, diagnosis.analyses, self.notes)
+        report = build_report(
+            window,
+            diagnosis.verdicts,
+            diagnosis.analyses,
+            self.notes,
+            gpu_hour_price=self.diagnoser.gpu_hour_price,
+        )
         if self.max_window_s is not None:
             # Faces say "widening" rather than "widen --window" when the window does it itself.
             report["window_widens_to_s"] = self.max_window_s

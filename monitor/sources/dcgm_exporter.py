@@ -72,8 +72,13 @@ FIELDS: tuple[Field, ...] = (
     Field("nvlink_tx_bytes_per_s", ("DCGM_FI_PROF_NVLINK_TX_BYTES",)),
     Field("nvlink_rx_bytes_per_s", ("DCGM_FI_PROF_NVLINK_RX_BYTES",)),
     Field("power_watts", ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS")),
-    # mJ since the driver loaded (dcgm-exporter's default counters list it).
-    Field("energy_joules", ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",), lambda v: v / 1000.0),
+    # mJ since the driver loaded (dcgm-exporter's default counters list it, typed counter:
+    # a text parser names a counter's samples <name>_total).
+    Field(
+        "energy_joules",
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+        lambda v: v / 1000.0,
+    ),
     Field(
         "power_limit_watts",
         (
