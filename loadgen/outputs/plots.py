@@ -192,6 +192,7 @@ def _energy_plot(
     px = bx.twinx()
     px.plot(xs, _series(steps, "gpu_power_watts"), "s--", color="tab:red", label="GPU power (W)")
     px.set_ylabel("watts")
+    px.set_ylim(bottom=0)  # watts from zero: an idle floor is most of a GPU's draw
     h1, l1 = bx.get_legend_handles_labels()
     h2, l2 = px.get_legend_handles_labels()
     bx.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper right")
