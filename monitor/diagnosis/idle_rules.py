@@ -53,13 +53,12 @@ def bill_sentence(what: str, watts: float | None, price: float | None, gpus: flo
     """The idle part of the bill: " GPU 2 draws 85 W held idle (0.31 MJ an hour; $2.50 an
     hour at $2.50/GPU-hour)." ("" when neither the power nor a price is known)."""
     bill = idle_bill(None, price, gpus)
-    if watts is None and not bill:
-        return ""
-    parts = [f"{watts * 3600 / 1e6:.2f} MJ an hour"] if watts is not None else []
-    parts += [bill] if bill else []
+    if watts is None:
+        # No power reading (a MIG instance alone): the money only, where a price is given.
+        return f" {what} held idle cost {bill}." if bill else ""
+    parts = [f"{watts * 3600 / 1e6:.2f} MJ an hour"] + ([bill] if bill else [])
     verb = "draws" if what.startswith("GPU ") else "draw"
-    draw = f" {verb} {watts:.0f} W" if watts is not None else " cost"
-    return f" {what}{draw} held idle ({'; '.join(parts)})."
+    return f" {what} {verb} {watts:.0f} W held idle ({'; '.join(parts)})."
 
 
 def box_idle(ctx: Context) -> Verdict | None:

@@ -169,6 +169,26 @@ def test_idle_box_verdict_says_the_idle_bill_in_energy_and_money() -> None:
     assert any(e.name == "idle_cost_per_hour" and e.value == 5.0 for e in idle.evidence)
 
 
+def test_an_idle_mig_instance_alone_is_billed_in_money_without_watts() -> None:
+    snaps = [
+        Snapshot(
+            t=float(i),
+            wall=float(i),
+            gpus=(
+                GpuSample(1, "MIG-1", "H200 MIG", "nvml", util=0.0, mig_parent=0, mig_instance=1),
+            ),  # fmt: skip
+            engines=(EngineSample(URL, "m", "0", running=0.0, waiting=0.0),),
+        )
+        for i in range(11)
+    ]
+    (idle,) = [v for v in diagnose(compute_window(snaps), gpu_hour_price=2.5).verdicts]
+    assert idle.summary.endswith("The GPUs held idle cost $2.50 an hour at $2.50/GPU-hour."), (
+        idle.summary
+    )
+    (idle,) = [v for v in diagnose(compute_window(snaps)).verdicts]
+    assert "held idle" not in idle.summary  # no watts, no price: nothing to say, not 0 W
+
+
 def test_bad_prices_are_one_line() -> None:
     assert parse_price("2.5") == 2.5 and parse_price(None) is None
     for bad in ("-1", "abc", "nan", "inf"):
