@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from monitor.errors import ConfigError
+from monitor.scopes import gpu_scope
 from monitor.window import EngineWindow, GpuWindow, WindowStats
 
 PRICE_ENV = "HEADROOM_GPU_HOUR_PRICE"
@@ -154,18 +155,17 @@ def window_energy(window: WindowStats, price_per_gpu_hour: float | None = None) 
     joules = 0.0
     sources: set[str] = set()
     missing = []
+    unknown = False
     for g in boards:
         j, src = gpu_energy(g, duration)
         if j is None:
-            missing.append(
-                f"gpu:{g.mig_parent}/mig:{g.mig_instance}"
-                if g.mig_parent is not None
-                else f"gpu:{g.index}"
-            )
+            unknown = True
+            if g.energy_source is None and g.power_watts is None:
+                missing.append(gpu_scope(g))  # no reading at all, not a window too short
             continue
         joules += j
         sources.add(src or "counter")
-    known = bool(boards) and not missing
+    known = bool(boards) and not unknown
     tokens, requests = _engine_totals(window.engines, duration)
     return Energy(
         duration_s=duration,

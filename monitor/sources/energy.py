@@ -45,8 +45,13 @@ class EnergyMeter:
         self.total_j: float | None = None
 
     def due(self, now: float) -> bool:
-        """Whether the counter should be read on this tick (every_s 0: never)."""
-        return self.counter and self.every_s > 0 and now >= self._due
+        """Whether the counter should be read on this tick (every_s 0: never). Asking counts as
+        the read, answered or not: a counter that fails is asked again a span later, not at
+        every tick (each ask costs what a read does)."""
+        if not (self.counter and self.every_s > 0 and now >= self._due):
+            return False
+        self._due = now + self.every_s
+        return True
 
     @property
     def source(self) -> EnergySource | None:
@@ -68,7 +73,6 @@ class EnergyMeter:
         if power_w is not None:
             self._p = power_w
         if counter_mj is not None:
-            self._due = now + self.every_s
             if self._raw_mj is None:
                 # The first counter reading: the figure so far (0, or the power integrated
                 # before the counter answered) is its base.

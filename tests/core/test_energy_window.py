@@ -215,3 +215,10 @@ def test_simulated_box_energy_per_token_falls_as_batching_amortises_the_idle_wat
     # The board draws only a little more at 64 streams than at 1 (410-470 W) while making
     # ~50 times the tokens: a token's energy falls about as fast as throughput rises.
     assert per_token[1] > 5 * per_token[8] > 5 * 5 * per_token[64] / 2
+
+
+def test_a_window_of_one_reading_has_no_energy_and_no_false_note() -> None:
+    w = compute_window(readings(n=1))
+    en = window_energy(w)
+    assert en.joules is None and en.missing == ()
+    assert not any("energy" in n for n in build_report(w)["notes"])

@@ -145,3 +145,17 @@ def test_meter_without_any_reading_is_none() -> None:
     # A tick without a power reading holds the last one over its span.
     assert m.update(4.0, None) == pytest.approx(200.0)
     assert m.source == "power"
+
+
+def test_a_counter_that_fails_now_and_then_is_asked_once_a_span_not_every_tick() -> None:
+    gpu = FakeGpu(power_mw=200_000)
+    fake = FakeNvml([gpu])
+    clock = Clock(fake)
+    src = NvmlSource(nvml=fake, energy_every_s=10.0, clock=clock)
+    src.read()
+    gpu.lost.add(ENERGY)  # a transient failure (not "not supported"): keep asking, a span apart
+    asked = fake.calls[ENERGY]
+    energy = ticks(src, clock, 30)
+    assert fake.calls[ENERGY] - asked == 3  # at 10, 20 and 30 s, not 30 times
+    # Meanwhile the power readings carry the figure, never backwards.
+    assert energy[-1] == pytest.approx(200 * 30) and energy == sorted(energy)
