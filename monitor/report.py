@@ -380,7 +380,10 @@ def energy_line(en: Mapping[str, Any] | None) -> str | None:
     if not en or not en.get("gpus"):
         return None
     if en.get("energy_joules") is None:
-        return "energy: - (no energy or power reading)"
+        missing = en.get("missing") or ()
+        if missing:
+            return f"energy: - (no energy or power reading for {', '.join(missing)})"
+        return "energy: - (the window holds fewer than two readings)"
     out = (
         f"energy: {_fmt(en['power_watts'], '.0f', ' W')} ({en['energy_joules'] / 1000:.1f} kJ "
         f"over {en['window_s']:.1f} s, {en['source']}); "

@@ -221,4 +221,6 @@ def test_a_window_of_one_reading_has_no_energy_and_no_false_note() -> None:
     w = compute_window(readings(n=1))
     en = window_energy(w)
     assert en.joules is None and en.missing == ()
-    assert not any("energy" in n for n in build_report(w)["notes"])
+    report = build_report(w)
+    assert not any("energy" in n for n in report["notes"])
+    assert "energy: - (the window holds fewer than two readings)" in render_text(report)
