@@ -113,7 +113,7 @@ def test_a_mig_instance_alone_is_a_dash_and_a_note_not_zero() -> None:
     report = build_report(w)
     assert report["engines"][0]["energy_per_token_joules"] is None
     assert any("no energy or power reading for gpu:0/mig:1" in n for n in report["notes"])
-    assert "energy: - (no energy or power reading)" in render_text(report)
+    assert "energy: - (no energy or power reading for gpu:0/mig:1)" in render_text(report)
 
 
 def test_mig_instances_beside_their_gpu_count_the_board_once() -> None:
