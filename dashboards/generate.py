@@ -641,6 +641,50 @@ def overview() -> dict[str, Any]:
         w=8,
         h=7,
     )
+    lay.row("Energy and cost")
+    lay.add(
+        timeseries(
+            "GPU power from the energy counter",
+            targets(
+                (
+                    f"rate(headroom_gpu_energy_joules_total{{{IG}}}[1m])",
+                    "GPU {{gpu}} ({{energy_from}})",
+                ),
+            ),
+            unit="watt",
+            description=(
+                "The energy counter's rate: the mean power between readings, bursts included "
+                "(energy_from=power where the GPU has no counter and power is integrated)."
+            ),
+        ),
+        w=8,
+        h=8,
+    )
+    lay.add(
+        timeseries(
+            "Energy per token and per request",
+            targets(
+                (f"headroom_engine_energy_per_token_joules{{{IM}}}", "{{model_name}} J/token"),
+                (f"headroom_engine_energy_per_request_joules{{{IM}}}", "{{model_name}} J/request"),
+            ),
+            unit="joule",
+            description="The box's GPU energy over the window against every engine's tokens.",
+        ),
+        w=8,
+        h=8,
+    )
+    lay.add(
+        timeseries(
+            "Cost per million tokens",
+            targets(
+                (f"headroom_engine_cost_per_million_tokens{{{IM}}}", "{{model_name}}"),
+            ),
+            unit="currencyUSD",
+            description="At the agent's gpu_hour_price (HEADROOM_GPU_HOUR_PRICE); empty without one.",
+        ),
+        w=8,
+        h=8,
+    )
     return dashboard(
         "headroom-overview",
         "headroom: serving box",
@@ -752,6 +796,18 @@ def sweep() -> dict[str, Any]:
             "Limiting cause at each step",
             f"max by (cause) (headroom_diagnosis{{{INST}}})",
             "{{cause}}",
+        ),
+        w=12,
+    )
+    lay.add(
+        timeseries(
+            "Energy per token as load steps",
+            targets(
+                (f"headroom_engine_energy_per_token_joules{{{IM}}}", "{{model_name}} J/token"),
+                (f"headroom_engine_tokens_per_joule{{{IM}}}", "{{model_name}} tokens/J"),
+            ),
+            description="Batching spreads the GPU's watts over more tokens: J/token falls as load "
+            "rises until the box saturates.",
         ),
         w=12,
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 from loadgen.schema import GpuActivity
 from monitor.diagnosis import diagnose
+from monitor.energy import Energy, window_energy
 from monitor.report import engine_scope
 from monitor.window import WindowStats
 
@@ -49,6 +50,8 @@ class EngineView:
     # Readings of the engine's gauges over the hold (the fewest of any engine): what the
     # in-flight mean's resolution is.
     readings: int | None = None
+    # The GPUs' energy over the hold (None: no window).
+    energy: Energy | None = None
 
     @property
     def in_flight(self) -> float | None:
@@ -106,4 +109,5 @@ def engine_view(window: WindowStats) -> EngineView:
         headroom=first.get("headroom"),
         ttft_parts=first.get("ttft_parts"),
         readings=min((e.samples for e in es), default=None),
+        energy=window_energy(window),
     )

@@ -117,6 +117,17 @@ def _tokens(s: StepResult) -> str:
     return ", ".join(parts)
 
 
+def energy_words(s: StepResult) -> str:
+    """'412 W, 0.055 J/token, 5.3 J/req, $0.34/Mtok' (a dash where not known)."""
+    text = (
+        f"{s.gpu_power_watts:.0f} W, {_f(s.energy_per_token_joules, '.3g', ' J/token')}, "
+        f"{_f(s.energy_per_request_joules, '.3g', ' J/req')}"
+    )
+    if s.cost_per_million_tokens is not None:
+        text += f", ${s.cost_per_million_tokens:.3g}/Mtok"
+    return text
+
+
 def _extras(s: StepResult) -> str:
     """Figures a step has only with some kinds of traffic."""
     out = []
@@ -129,6 +140,8 @@ def _extras(s: StepResult) -> str:
         out.append("TTFT p50 by turn " + " ".join(f"{v:.3f}" for v in s.ttft_p50_by_turn.values()))
     if s.speed is not None:
         out.append(f"speed {s.speed:g}x")
+    if s.gpu_power_watts is not None:
+        out.append(energy_words(s))
     mr = (s.ttft_parts or {}).get("median_request")
     if mr:
         out.append(

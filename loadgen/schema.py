@@ -96,6 +96,8 @@ class SweepConfig(BaseModel):
     # and how long after a step it waits for them (an engine exports in batches).
     otlp_listen: str | None = None
     otlp_wait_s: float = 10.0
+    # What one GPU costs an hour (--gpu-hour-price): each step's cost per million tokens.
+    gpu_hour_price: float | None = None
 
 
 class GpuActivity(BaseModel):
@@ -209,6 +211,17 @@ class StepResult(BaseModel):
     # TTFT split: queue_s, prefill_s, engine_other_s (engine means) and outside_s, the
     # client's TTFT p50 beyond the engine's (network, gateway, a late client).
     ttft_parts: dict | None = None
+    # Energy over the hold (monitor.energy): the GPUs' mean power from their energy counters
+    # ("counter"), or their power readings where a GPU has none ("power"), against the
+    # tokens and requests the client received; None without a GPU reading (a dash).
+    gpu_power_watts: float | None = None
+    gpu_energy_joules: float | None = None
+    energy_source: str | None = None
+    energy_per_token_joules: float | None = None
+    energy_per_request_joules: float | None = None
+    tokens_per_joule: float | None = None
+    # At the sweep's --gpu-hour-price: the GPUs' hours over the hold per million tokens.
+    cost_per_million_tokens: float | None = None
 
 
 class HeadroomCheck(BaseModel):

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from loadgen import analysis
 from loadgen.driver import LocustDriver, records_between
@@ -28,6 +29,7 @@ from loadgen.schema import EnvironmentInfo, GpuActivity, StepResult, SweepConfig
 from loadgen.stall import StallProbe
 from loadgen.stats import client_cpu, client_stats, rate_rse
 from loadgen.trace import TraceEntry, load_trace, mean_rate, span_s
+from monitor.energy import Energy
 from monitor.errors import EndpointError, HeadroomError
 from monitor.pipeline import Monitor
 from monitor.sampler import Sampler
@@ -389,6 +391,7 @@ class Sweep:
             verdict_summary=e.verdict_summary,
             verdicts=e.verdicts,
             headroom=e.headroom,
+            **step_energy(e.energy, cs.output_tokens_per_s, cs.requests_per_s, c.gpu_hour_price),
             ttft_parts=_with_median_request(
                 _with_outside(
                     e.ttft_parts, cs.ttft_mean_s, cs.ttft["p50"], client_late=bool(reasons)
@@ -606,3 +609,26 @@ def _with_median_request(parts: dict | None, median_request: dict | None) -> dic
     if median_request is None:
         return parts
     return {**(parts or {}), "median_request": median_request}
+
+
+def step_energy(
+    energy: Energy | None, tokens_per_s: float, requests_per_s: float, price: float | None
+) -> dict[str, Any]:
+    """A step's energy figures: the GPUs' mean power over the hold against what the client
+    received in it (tokens and requests per second, exact for the hold)."""
+    if energy is None or energy.power_watts is None:
+        return {}
+    watts = energy.power_watts
+    per_token = watts / tokens_per_s if tokens_per_s > 0 else None
+    cost = None
+    if price is not None and energy.gpus and tokens_per_s > 0:
+        cost = price * energy.gpus / 3600.0 / tokens_per_s * 1e6
+    return {
+        "gpu_power_watts": _r(watts, 2),
+        "gpu_energy_joules": _r(energy.joules, 1),
+        "energy_source": energy.source,
+        "energy_per_token_joules": _r(per_token, 6),
+        "energy_per_request_joules": _r(watts / requests_per_s, 4) if requests_per_s > 0 else None,
+        "tokens_per_joule": _r(tokens_per_s / watts, 5) if watts > 0 else None,
+        "cost_per_million_tokens": _r(cost, 4),
+    }

@@ -574,6 +574,7 @@ def build_agent_sources(config: AgentConfig) -> tuple[list[Source], list[str]]:
         gpm=config.gpm,
         gpu_util_every_s=config.gpu_util_every,
         gpu_processes_every_s=config.gpu_processes_every,
+        gpu_energy_every_s=config.gpu_energy_every,
         host=config.host,
         host_pids=config.pids,
         timeout=config.timeout,
@@ -594,4 +595,4 @@ def build_diagnoser(config: AgentConfig) -> Any:
         max_num_batched_tokens=config.max_num_batched_tokens,
         gpu=config.gpu_model,
     )
-    return Diagnoser(thresholds, caps)
+    return Diagnoser(thresholds, caps, gpu_hour_price=config.gpu_hour_price)

@@ -60,6 +60,11 @@ class AgentConfig:
     # Seconds between reads of the processes on each GPU (NVML's lists and per-process
     # samples, then user, command and container for each new PID); 0 = never.
     gpu_processes_every: float = 5.0
+    # Seconds between reads of NVML's energy counter (~3.9 ms of driver CPU a call on an
+    # H200); power is integrated over the ticks between. 0 = power alone.
+    gpu_energy_every: float = 30.0
+    # What one GPU costs an hour: cost per million tokens and the idle bill in money.
+    gpu_hour_price: float | None = None
     dcgm: bool = False
     # The GPUs to watch by index (NVML's, or pydcgm's with dcgm); empty: every GPU.
     gpus: tuple[int, ...] = ()
@@ -237,6 +242,11 @@ def _engine(v: str) -> None:
         raise SettingError("engine", f"unknown engine {v!r} (known: {', '.join(FLAVOURS)})")
 
 
+def _price(v: float | None) -> None:
+    if v is not None and not (math.isfinite(v) and v >= 0):
+        raise SettingError("gpu_hour_price", f"must be a price per GPU-hour >= 0, not {v!r}")
+
+
 def _listen(v: str) -> None:
     try:
         parse_listen(v)
@@ -259,6 +269,8 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "profile_rate": _profile_rate,
     "gpu_processes_every": _at_least_zero("gpu_processes_every", "0 = never"),
     "gpu_util_every": _at_least_zero("gpu_util_every", "0 = every tick"),
+    "gpu_energy_every": _at_least_zero("gpu_energy_every", "0 = power alone"),
+    "gpu_hour_price": _price,
     "max_num_seqs": _at_least_one("max_num_seqs"),
     "max_num_batched_tokens": _at_least_one("max_num_batched_tokens"),
     "pids": _pids,

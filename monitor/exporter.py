@@ -25,6 +25,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from monitor.diagnosis.verdict import CAUSES, Verdict
+from monitor.energy import window_energy
 from monitor.gpu_sharing import sharing
 from monitor.report import engine_scope, gpu_scope
 from monitor.samples import Snapshot
@@ -123,6 +124,15 @@ ANALYSIS_GAUGES: tuple[tuple[tuple[str, ...], str, float, str], ...] = (
     (("roofline", "ridge_intensity"), "headroom_engine_roofline_ridge_intensity", 1.0, "FLOP per byte where the GPU's roofline turns."),
     (("roofline", "mfu"), "headroom_engine_roofline_mfu_ratio", 1.0, "Achieved over peak FLOP/s."),
     (("roofline", "bandwidth_share"), "headroom_engine_roofline_bandwidth_ratio", 1.0, "Achieved over peak memory bandwidth."),
+)  # fmt: skip
+
+# The box's energy over the window against every engine's tokens (monitor.energy.Energy):
+# (metric name, Energy attribute, help). Absent without a GPU energy or power reading.
+ENERGY_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("headroom_engine_energy_per_token_joules", "joules_per_token", "GPU energy per generated token over the window (the box's GPUs over every engine's tokens)."),
+    ("headroom_engine_energy_per_request_joules", "joules_per_request", "GPU energy per completed request over the window."),
+    ("headroom_engine_tokens_per_joule", "tokens_per_joule", "Generated tokens per joule of GPU energy over the window."),
+    ("headroom_engine_cost_per_million_tokens", "cost_per_million_tokens", "What a million generated tokens cost at this load, at the agent's gpu_hour_price."),
 )  # fmt: skip
 
 # Caps: (value key, inferred flag key, assumed flag key, metric name, help).
@@ -232,13 +242,24 @@ class GpuCollector(_ViewCollector):
                 ),
             )
         }
+        energy = CounterMetricFamily(
+            "headroom_gpu_energy_joules",
+            "Energy the GPU drew since headroom began to read it (NVML; DCGM: since the driver "
+            "loaded). energy_from: counter (the driver's energy counter) or power (power "
+            "readings integrated over the ticks, where the GPU has no counter).",
+            labels=(*GPU_LABELS, "energy_from"),
+        )
         for g in window.gpus:
             labels = [gpu_label(g), g.uuid, g.name, g.source]
             _fill(families, GPU_GAUGES, g, labels)
+            if g.energy_joules_total is not None:
+                energy.add_metric([*labels, g.energy_source or "counter"], g.energy_joules_total)
             for reason in g.throttle_reasons or ():
                 throttle.add_metric([*labels, reason], 1.0)
             _processes(window, g, labels, by_owner, containers)
         yield from (f for f in families.values() if f.samples)
+        if energy.samples:
+            yield energy
         if throttle.samples:
             yield throttle
         yield from (f for f in (*by_owner.values(), *containers.values()) if f.samples)
@@ -323,8 +344,12 @@ class EngineCollector(_ViewCollector):
             "1 on the side of the roofline's ridge the engine sits (compute or memory).",
             labels=(*ENGINE_LABELS, "side", "gpu_model"),
         )
+        for name, _, doc in ENERGY_GAUGES:
+            families[name] = GaugeMetricFamily(name, doc, labels=ENGINE_LABELS)
+        box_energy = window_energy(window, getattr(self._view, "gpu_hour_price", None))
         for e in window.engines:
             labels = [e.url, e.model_name, e.engine]
+            _fill(families, ENERGY_GAUGES, box_energy, labels)
             info.add_metric([*labels, e.flavour, e.flavour_version or ""], 1.0)
             for field, _ in e.missing:
                 missing.add_metric([*labels, e.flavour, field], 1.0)

@@ -73,6 +73,11 @@ class Monitor:
         sampler.subscribe(self._on_snapshot)
         sampler.on_caught_up(self._take_step)
 
+    @property
+    def gpu_hour_price(self) -> float | None:
+        """The price per GPU-hour the report and the exporter quote (the diagnoser's)."""
+        return self.diagnoser.gpu_hour_price
+
     def restart(self, window_s: float | None = None) -> None:
         """What is watched changed (the demo switched scenario): windows start afresh from the
         next reading, verdicts and remembered caps are forgotten, and the window goes back to
@@ -201,7 +206,13 @@ class Monitor:
                 self._judge(latest, step=False)
 
     def _build_report(self, window: WindowStats, diagnosis: Diagnosis) -> dict[str, Any]:
-        report = build_report(window, diagnosis.verdicts, diagnosis.analyses, self.notes)
+        report = build_report(
+            window,
+            diagnosis.verdicts,
+            diagnosis.analyses,
+            self.notes,
+            gpu_hour_price=self.gpu_hour_price,
+        )
         if self.max_window_s is not None:
             # Faces say "widening" rather than "widen --window" when the window does it itself.
             report["window_widens_to_s"] = self.max_window_s

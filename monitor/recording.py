@@ -101,7 +101,7 @@ def _gpu_from_dict(d: Mapping[str, Any]) -> GpuSample:
                     for p in value
                 )
             )
-        elif isinstance(value, str) and name not in ("uuid", "name", "source"):
+        elif isinstance(value, str) and name not in ("uuid", "name", "source", "energy_source"):
             kw[name] = _float(value)
         else:
             kw[name] = value

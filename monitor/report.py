@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from monitor.capacity_text import capacity_words, headroom_words
+from monitor.energy import Energy, money, window_energy
 from monitor.gpu_sharing import hidden_pids_note, processes_json
 from monitor.scopes import engine_scope, gpu_scope
 from monitor.whatif_text import whatif_text
@@ -59,6 +60,9 @@ def gpu_json(g: GpuWindow) -> dict[str, Any]:
         "pcie_peak_bytes_per_s": _r(g.pcie_peak_bytes_per_s, 0),
         "driver_util": _r(g.driver_util),
         "util_note": util_note(g),
+        "energy_joules": _r(g.energy_joules, 1),
+        "energy_source": g.energy_source,
+        "energy_joules_total": _r(g.energy_joules_total, 1),
     }
 
 
@@ -171,11 +175,31 @@ def host_json(h: HostWindow) -> dict[str, Any]:
     }
 
 
+def energy_fields(en: Energy) -> dict[str, Any]:
+    """What each engine is shown of the box's energy (see monitor.energy)."""
+    return {
+        "energy_per_token_joules": _r(en.joules_per_token, 5),
+        "energy_per_request_joules": _r(en.joules_per_request, 3),
+        "tokens_per_joule": _r(en.tokens_per_joule, 4),
+        "cost_per_million_tokens": _r(en.cost_per_million_tokens, 4),
+    }
+
+
+def energy_note(en: Energy) -> str | None:
+    if not en.missing:
+        return None
+    return (
+        f"energy: no energy or power reading for {', '.join(en.missing)}; "
+        "energy per token is not known (a dash, not 0)"
+    )
+
+
 def build_report(
     window: WindowStats,
     verdicts: Sequence[Verdict] = (),
     analyses: Mapping[str, Mapping[str, Any]] | None = None,
     notes: Sequence[str] = (),
+    gpu_hour_price: float | None = None,
 ) -> dict[str, Any]:
     """The report for one window. ``analyses`` maps an engine's scope to the diagnosis's
     per-engine figures (Little's law, caps, roofline, busy fraction), placed under
@@ -184,8 +208,10 @@ def build_report(
     # The host source watches the engines' processes together: the hot thread's profile is
     # the box's, shown on each engine it serves (one, on a vLLM box).
     profile = window.cpu_profile.to_json() if window.cpu_profile is not None else None
+    energy = window_energy(window, gpu_hour_price)
     for e in window.engines:
         ej = engine_json(e)
+        ej.update(energy_fields(energy))
         ej["analysis"] = dict((analyses or {}).get(engine_scope(e), {}))
         if "requests_per_s" in ej["analysis"]:
             # The one request rate: null, not 0, where requests ran and none finished.
@@ -210,7 +236,8 @@ def build_report(
         "errors": [
             {"source": e.source, "target": e.target, "message": e.message} for e in window.errors
         ],
-        "notes": list(notes) + [n for n in (hidden_pids_note(window),) if n],
+        "notes": list(notes) + [n for n in (hidden_pids_note(window), energy_note(energy)) if n],
+        "energy": energy.to_json(),
         "box": dict((analyses or {}).get("box", {})),
         "cpu_profile": profile,
         "verdicts": [v.to_json() for v in verdicts],
@@ -283,6 +310,9 @@ def render_text(report: Mapping[str, Any]) -> str:
                 f"{_fmt(g['power_watts'], '6.0f', ' W')}  {mem}"
             )
         lines += process_lines(gpus)
+        line = energy_line(report.get("energy"))
+        if line:
+            lines.append(line)
     else:
         lines.append("GPUs: none read")
     lines.append("")
@@ -360,6 +390,33 @@ def render_text(report: Mapping[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def energy_line(en: Mapping[str, Any] | None) -> str | None:
+    """The box's energy and cost in one line: "energy: 412 W (4.1 kJ over 10.0 s, counter);
+    0.052 J/token, 19.2 tokens/J, 5.31 J/request; $1.35 per million tokens at $2.50/GPU-hour"."""
+    if not en or not en.get("gpus"):
+        return None
+    if en.get("energy_joules") is None:
+        missing = en.get("missing") or ()
+        if missing:
+            return f"energy: - (no energy or power reading for {', '.join(missing)})"
+        return "energy: - (the window holds fewer than two readings)"
+    out = (
+        f"energy: {_fmt(en['power_watts'], '.0f', ' W')} ({en['energy_joules'] / 1000:.1f} kJ "
+        f"over {en['window_s']:.1f} s, {en['source']}); "
+        f"{_fmt(en['joules_per_token'], '.3g', ' J/token')}, "
+        f"{_fmt(en['tokens_per_joule'], '.3g', ' tokens/J')}, "
+        f"{_fmt(en['joules_per_request'], '.3g', ' J/request')}"
+    )
+    price = en.get("gpu_hour_price")
+    if price is not None:
+        cost = en.get("cost_per_million_tokens")
+        out += (
+            f"; {money(cost) if cost is not None else '-'} per million tokens at "
+            f"{money(price)}/GPU-hour"
+        )
+    return out
 
 
 _FIELD_TEXT = {

@@ -94,6 +94,12 @@ class GpuSample:
     processes: tuple[GpuProcess, ...] | None = None
     # Extra labels kept from the source (dcgm-exporter's pod, namespace, ...).
     labels: tuple[tuple[str, str], ...] = ()
+    # The device's energy, a cumulative counter in joules: only its increases mean anything
+    # (NVML: since headroom's first reading; DCGM: since the driver loaded). ``energy_source``
+    # says where it comes from: "counter" (the driver's energy counter) or "power" (power
+    # readings integrated over the ticks, where the GPU has no counter).
+    energy_joules: float | None = None
+    energy_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,6 +195,11 @@ class GpuWindow:
     mig_instance: int | None = None
     # The latest process list read in the window (None: not read).
     processes: tuple[GpuProcess, ...] | None = None
+    # Energy over the window (the increase of the source's counter, across resets), where it
+    # comes from ("counter" or "power": see GpuSample), and the counter's newest value.
+    energy_joules: float | None = None
+    energy_source: str | None = None
+    energy_joules_total: float | None = None
 
     @property
     def pcie_peak_bytes_per_s(self) -> float | None:
@@ -245,6 +250,8 @@ def gpu_window_of(last: GpuSample, **figures: Any) -> GpuWindow:
         labels=last.labels,
         pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
         pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
+        energy_source=last.energy_source,
+        energy_joules_total=last.energy_joules,
         **figures,
     )
 
@@ -263,6 +270,7 @@ def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
         throttle_reasons=tuple(sorted(reasons)) if any_reasons else None,
         samples=len(samples),
         processes=next((s.processes for s in reversed(samples) if s.processes is not None), None),
+        energy_joules=counter_increase([s.energy_joules for s in samples]),
         **means,
     )
 

@@ -260,11 +260,13 @@ class _GpuGroup(_Group):
         self.util_max = _Extreme(_gt)
         self.reasons: Counter[str] = Counter()
         self.with_reasons = 0
+        self.energy = _CounterIncrease()
 
     def accumulate(self, seq: int, t: float, g: GpuSample) -> None:
         for name, acc in self.means.items():
             acc.add(seq, getattr(g, name))
         self.util_max.add(seq, g.util)
+        self.energy.add(seq, g.energy_joules)
         if g.throttle_reasons is not None:
             self.with_reasons += 1
             self.reasons.update(set(g.throttle_reasons))
@@ -273,6 +275,7 @@ class _GpuGroup(_Group):
         for acc in self.means.values():
             acc.evict(seq)
         self.util_max.evict(seq)
+        self.energy.evict(seq)
         if g.throttle_reasons is not None:
             self.with_reasons -= 1
             self.reasons.subtract(set(g.throttle_reasons))
@@ -289,6 +292,7 @@ class _GpuGroup(_Group):
                 None,
             ),
             samples=len(self.entries),
+            energy_joules=self.energy.value(),
             **{name: acc.mean() for name, acc in self.means.items()},
         )
 

@@ -38,6 +38,11 @@ class Box:
     def gpu_activity(self, now: float, period_s: float | None = None) -> Activity:
         return self.timeline.activity(now, period_s or self.cfg.engine.gpu_sample_period_s)
 
+    def gpu_energy_j(self, now: float) -> float:
+        """Each board's energy since the box started, from its modelled power."""
+        gpu = self.cfg.engine.gpu_spec
+        return self.timeline.energy_j(now, gpu.idle_watts, gpu.tdp_watts)
+
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
@@ -134,6 +139,9 @@ class Simulator:
 
     def gpu_activity(self, period_s: float | None = None) -> Activity:
         return self.box.gpu_activity(self.now, period_s)
+
+    def gpu_energy_j(self) -> float:
+        return self.box.gpu_energy_j(self.now)
 
     def window(self, t_from: float, t_to: float) -> list[StepRecord]:
         return [r for r in self.records if r.t_start >= t_from and r.t_end <= t_to]

@@ -39,11 +39,35 @@ class Activity:
     nvlink_bytes_per_s: float = 0.0  # sent per GPU (as much received): 0 without tensor parallelism
 
 
+# How the simulated board's power follows its activity: idle watts plus this share of the
+# span to its TDP (any kernel, tensor pipes and DRAM weigh in; the weights sum to 1).
+LOAD_WEIGHTS = (0.3, 0.4, 0.3)  # util, tensor_active, dram_active
+
+
+def power_load(util: float, tensor: float, dram: float) -> float:
+    wu, wt, wd = LOAD_WEIGHTS
+    return min(1.0, wu * util + wt * tensor + wd * dram)
+
+
 class GpuTimeline:
     def __init__(self, origin: float, keep_s: float = 30.0) -> None:
         self.origin = origin
         self.keep_s = keep_s
         self._intervals: deque[Interval] = deque()
+        # The load integrated over every interval added (seconds at full load): with the
+        # idle floor, the board's energy since the simulator started (energy_j).
+        self._load_s = 0.0
+
+    def energy_j(self, now: float, idle_w: float, tdp_w: float) -> float:
+        """Joules the board drew from the start to ``now``: a counter, like the driver's."""
+        load_s = self._load_s
+        for iv in reversed(self._intervals):  # what of the newest steps lies after now
+            if iv.end <= now:
+                break
+            length = iv.end - iv.start
+            after = 1.0 if length <= 0 or iv.start >= now else (iv.end - now) / length
+            load_s -= after * _load_s(iv)
+        return idle_w * max(0.0, now - self.origin) + (tdp_w - idle_w) * max(0.0, load_s)
 
     def add(self, start: float, cost: GpuCost) -> None:
         end = start + cost.phase_s
@@ -59,6 +83,7 @@ class GpuTimeline:
                 cost.nvlink_bytes,
             )
         )
+        self._load_s += _load_s(self._intervals[-1])
         horizon = end - self.keep_s
         while self._intervals and self._intervals[0].end < horizon:
             self._intervals.popleft()
@@ -89,3 +114,8 @@ class GpuTimeline:
         return Activity(
             span, ratio(busy), ratio(sm), ratio(occ), ratio(tensor), ratio(dram), link / span
         )
+
+
+def _load_s(iv: Interval) -> float:
+    wu, wt, wd = LOAD_WEIGHTS
+    return wu * iv.busy_s + wt * iv.tensor_s + wd * iv.dram_s

@@ -13,7 +13,7 @@ import uuid
 
 from simulator.config import EngineConfig
 from simulator.engine import EngineCore
-from simulator.gpu_timeline import Activity
+from simulator.gpu_timeline import Activity, power_load
 from simulator.stats import FINISH_REASONS, HISTOGRAMS, Stats
 
 MiB = 2**20
@@ -250,11 +250,14 @@ def gpu_uuid(cfg: EngineConfig, rank: int = 0) -> str:
     return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, key))
 
 
-def render_dcgm(cfg: EngineConfig, num_blocks: int, act: Activity) -> str:
+def render_dcgm(
+    cfg: EngineConfig, num_blocks: int, act: Activity, energy_j: float | None = None
+) -> str:
     """The simulated GPUs as dcgm-exporter serves them, over the last sampling period.
 
     One GPU, or ``tensor_parallel_size`` of them: the ranks of one engine run the same
-    shards in lock step, so each reads the same activity.
+    shards in lock step, so each reads the same activity. ``energy_j``: each board's energy
+    since the simulator started (GpuTimeline.energy_j), served as the driver's counter.
     """
     gpu, model = cfg.gpu_spec, cfg.model_spec
     tp = cfg.tensor_parallel_size
@@ -273,7 +276,7 @@ def render_dcgm(cfg: EngineConfig, num_blocks: int, act: Activity) -> str:
         )
         for rank in range(tp)
     ]
-    load = min(1.0, 0.3 * act.util + 0.4 * act.tensor_active + 0.3 * act.dram_active)
+    load = power_load(act.util, act.tensor_active, act.dram_active)
     power = gpu.idle_watts + (gpu.tdp_watts - gpu.idle_watts) * load
     used = (
         model.weight_bytes + num_blocks * cfg.block_size * model.kv_bytes_per_token
@@ -314,4 +317,11 @@ def render_dcgm(cfg: EngineConfig, num_blocks: int, act: Activity) -> str:
     for name, help_, text in families:
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
         lines += [f"{name}{lab} {text}" for lab in labels]
+    if energy_j is not None:
+        name = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+        lines += [
+            f"# HELP {name} Total energy consumption since boot (in mJ).",
+            f"# TYPE {name} counter",
+        ]
+        lines += [f"{name}{lab} {energy_j * 1000:.0f}" for lab in labels]
     return "\n".join(lines) + "\n"

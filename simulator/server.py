@@ -240,8 +240,9 @@ class SimServer:
     async def gpu_metrics(self, request: web.Request) -> web.Response:
         with self.engine.cond:
             box = self.engine.box
-            act = box.gpu_activity(self.engine.clock())
-            text = render_dcgm(box.cfg.engine, box.core.num_blocks, act)
+            now = self.engine.clock()
+            act = box.gpu_activity(now)
+            text = render_dcgm(box.cfg.engine, box.core.num_blocks, act, box.gpu_energy_j(now))
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def server_info(self, request: web.Request) -> web.Response:

@@ -16,7 +16,7 @@ _FLAG_FIELDS = (
     "listen", "vllm", "engine", "dcgm_exporter", "interval", "window", "timeout", "stale_after",
     "max_num_seqs", "max_num_batched_tokens", "gpu_model", "thresholds", "web_config",
     "pids", "nvml", "gpm", "dcgm", "host", "allow_profile", "profile_every", "profile_rate",
-    "gpus", "diagnose_every",
+    "gpus", "diagnose_every", "gpu_hour_price", "gpu_energy_every",
 )  # fmt: skip
 
 
@@ -107,10 +107,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-num-batched-tokens", type=int, help="the engine's token budget per step")
     g.add_argument("--gpu-model", help="peak-table entry (e.g. H200) when the name is not matched")
     g.add_argument("--thresholds", metavar="FILE", help="TOML or YAML file of diagnosis thresholds")
+    g.add_argument(
+        "--gpu-hour-price",
+        metavar="PRICE",
+        help="what one GPU costs an hour (HEADROOM_GPU_HOUR_PRICE): cost per million tokens "
+        "and the idle part of the bill in money",
+    )
+    g.add_argument(
+        "--gpu-energy-every",
+        type=float,
+        metavar="S",
+        help="seconds between reads of NVML's energy counter (default 30; power is integrated "
+        "between; 0 = power alone)",
+    )
 
 
 def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {name: getattr(args, name, None) for name in _FLAG_FIELDS}
+    from monitor.energy import parse_price
+
+    flags = {name: getattr(args, name, None) for name in _FLAG_FIELDS}
+    # Checked here, not by argparse: a bad price is one line and exit 1, as in the config.
+    flags["gpu_hour_price"] = parse_price(flags["gpu_hour_price"])
+    return flags
 
 
 def run(args: argparse.Namespace) -> int:

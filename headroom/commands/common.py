@@ -55,8 +55,25 @@ def add_engine_flag(g: argparse._ActionsContainer) -> None:
     )
 
 
+def add_price_flag(g: argparse._ActionsContainer) -> None:
+    g.add_argument(
+        "--gpu-hour-price",
+        metavar="PRICE",
+        help="what one GPU costs an hour (default: $HEADROOM_GPU_HOUR_PRICE): adds the cost "
+        "per million tokens, and the idle part of the bill in money",
+    )
+
+
+def gpu_hour_price(args: argparse.Namespace) -> float | None:
+    """--gpu-hour-price, else HEADROOM_GPU_HOUR_PRICE; a bad one is a ConfigError (one line)."""
+    from monitor.energy import price_from
+
+    return price_from(getattr(args, "gpu_hour_price", None))
+
+
 def add_diagnosis_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("diagnosis")
+    add_price_flag(g)
     g.add_argument("--max-num-seqs", type=int, help="the engine's --max-num-seqs (else inferred)")
     g.add_argument("--max-num-batched-tokens", type=int, help="the engine's token budget per step")
     g.add_argument(
@@ -99,4 +116,4 @@ def build_diagnoser_from_args(args: argparse.Namespace) -> Any:
         max_num_batched_tokens=args.max_num_batched_tokens,
         gpu=args.gpu_model,
     )
-    return Diagnoser(thresholds, caps)
+    return Diagnoser(thresholds, caps, gpu_hour_price=gpu_hour_price(args))

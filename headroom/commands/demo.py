@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from headroom.commands.common import add_price_flag, gpu_hour_price
 from monitor.errors import ConfigError, HeadroomError
 
 DEFAULT_SCENARIO = "starved"
@@ -35,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f"{MAX_WINDOW_S:.0f} s, when a scenario's requests outlast it)",
     )
     p.add_argument("--record", metavar="FILE", help="record the session to FILE (JSONL)")
+    add_price_flag(p)
 
 
 class SimScenarios:
@@ -83,6 +85,7 @@ def new_sweep_dir() -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from headroom.commands.watch import run_app
+    from monitor.diagnosis import Diagnoser
     from monitor.pipeline import Monitor
     from monitor.sampler import Sampler
     from monitor.sources.dcgm_exporter import DcgmExporterSource
@@ -97,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown scenario {args.scenario!r}; choose from {', '.join(names)}")
     if args.interval <= 0 or args.window <= 0:
         raise ConfigError("--interval and --window must be positive")
+    price = gpu_hour_price(args)
     try:
         handle = start_sim(scenario=args.scenario, port=0, load=True)
     except HeadroomError:
@@ -113,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         sampler = Sampler(sources, interval=args.interval)
         monitor = Monitor(
             sampler,
+            Diagnoser(gpu_hour_price=price),
             window_s=args.window,
             notes=("simulated box: headroom demo",),
             max_window_s=max(args.window, MAX_WINDOW_S),

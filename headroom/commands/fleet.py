@@ -8,6 +8,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from headroom.commands.common import add_price_flag, gpu_hour_price
 from monitor.errors import ConfigError
 
 EPILOG = """\
@@ -78,6 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument("--top", type=int, metavar="N", help="show only the N most wasteful hosts")
     g.add_argument("--json", action="store_true", help="print the fleet as JSON")
+    add_price_flag(g)
 
 
 def parse_time(text: str) -> float:
@@ -113,10 +115,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top is not None and args.top < 1:
         raise ConfigError("--top must be at least 1")
+    price = gpu_hour_price(args)
     at = parse_time(args.at) if args.at else None
     matchers = selector_matchers(args.selector)
     with client_from_args(args, at) as client:
-        fleet = read_fleet(client, args.host_label, matchers, args.stale_after)
+        fleet = read_fleet(client, args.host_label, matchers, args.stale_after).priced(price)
     if args.json:
         doc = fleet.to_json()
         if args.top is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from headroom.commands.common import add_engine_flag
+from headroom.commands.common import add_engine_flag, add_price_flag, gpu_hour_price
 from monitor.errors import ConfigError
 
 EPILOG = """\
@@ -148,6 +148,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics for GPU activity"
     )
     p.add_argument("--nvml", action="store_true", help="also read this host's GPUs through NVML")
+    add_price_flag(p)
     p.add_argument(
         "--otlp-listen",
         metavar="[HOST:]PORT",
@@ -309,6 +310,7 @@ def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=
         dataset_prompts=traffic.dataset_prompts if traffic is not None else None,
         otlp_listen=_otlp_listen(args.otlp_listen),
         otlp_wait_s=args.otlp_wait,
+        gpu_hour_price=gpu_hour_price(args),
     )
 
 
@@ -358,6 +360,7 @@ def run(args: argparse.Namespace) -> int:
 
     for slo in args.slo:
         parse_slo(slo)  # a typo fails before any network traffic
+    gpu_hour_price(args)  # likewise a bad price
     check_out_dir(Path(args.out))  # before any load: a sweep that cannot write is wasted
     _traffic_checks(args)
     api = "chat" if args.turns > 1 else args.api

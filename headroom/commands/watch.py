@@ -11,6 +11,7 @@ from headroom.commands.common import (
     add_source_flags,
     build_diagnoser_from_args,
     build_sources_from_args,
+    gpu_hour_price,
 )
 from monitor.errors import ConfigError, NoDataError
 
@@ -138,6 +139,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     from monitor.tui.fleet import FleetApp
     from monitor.tui.logtail import captured_logs
 
+    price = gpu_hour_price(args)
     client: Any = None
     if args.prometheus:
         from monitor.fleet.promql import selector_matchers
@@ -148,7 +150,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         source = client.shown
 
         def read() -> Any:
-            return read_fleet(client, args.host_label, matchers, args.stale_after)
+            return read_fleet(client, args.host_label, matchers, args.stale_after).priced(price)
 
         every = max(args.interval, 5.0)
     else:
@@ -159,7 +161,9 @@ def run_fleet(args: argparse.Namespace) -> int:
         source = f"{len(args.remote)} agents"
 
         def read() -> Any:
-            return read_agents(args.remote, timeout=args.timeout, stale_after_s=args.stale_after)
+            return read_agents(
+                args.remote, timeout=args.timeout, stale_after_s=args.stale_after
+            ).priced(price)
 
         every = args.interval
     try:

@@ -119,7 +119,8 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
     heads = ["#", unit, "req/s", "output tok/s", "TTFT p50 (s)", "TTFT p95 (s)", "ITL p50 (s)",
              "ITL p95 (s)", "e2e p50 (s)", "errors (%)", "client in flight (requests)",
              "engine running + waiting", "running", "waiting", "Little's law",
-             "client CPU (% of a core)", "GPU util (%)", "engine verdict at this step", "notes"]  # fmt: skip
+             "client CPU (% of a core)", "GPU util (%)", "GPU power (W)", "J/token", "J/request",
+             "cost per M tokens", "engine verdict at this step", "notes"]  # fmt: skip
     parts.append("".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr>")
     any_off = False
     for s in sorted(result.steps, key=load_of):
@@ -147,6 +148,8 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
             "-" if s.littles_law_ok is None else ("agrees" if s.littles_law_ok else "off (see notes)"),
             "-" if s.client_cpu_ratio is None else f"{100 * s.client_cpu_ratio:.0f}%",
             "-" if s.gpu.util is None else f"{100 * s.gpu.util:.0f}%",
+            _f(s.gpu_power_watts, ".0f"), _f(s.energy_per_token_joules, ".3g"),
+            _f(s.energy_per_request_joules, ".3g"), _f(s.cost_per_million_tokens, ".3g"),
         ]  # fmt: skip
         row = "".join(f"<td>{_e(x)}</td>" for x in cells)
         row += f"<td class='l'>{_e(s.verdict or '-')}</td><td class='l bad'>{_e(notes)}</td>"

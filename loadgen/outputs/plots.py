@@ -165,7 +165,40 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     parts = [s.ttft_parts or {} for s in steps]
     if any(p.get("engine_ttft_s") is not None or p.get("median_request") for p in parts):
         paths.append(_ttft_parts_plot(out, steps, parts, xl))
+    if any(s.energy_per_token_joules is not None for s in steps):
+        paths.append(_energy_plot(out, result, steps, xs, xl))
     return paths
+
+
+def _energy_plot(
+    out: Path, result: SweepResult, steps: Sequence[StepResult], xs: list[float], xl: str
+) -> Path:
+    """Energy per token against load, under throughput on the same load axis: batching
+    spreads the GPU's watts over more tokens until the box saturates."""
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    ax.plot(xs, _series(steps, "output_tokens_per_s"), "o-", label="output tok/s")
+    ax.set_ylabel("output tokens/s")
+    ax.set_title("Throughput and energy per token vs load")
+    ax.grid(alpha=0.3)
+    _mark_saturation(ax, result)
+    ax.legend(fontsize=8, loc="upper left")
+    bx.plot(xs, _series(steps, "energy_per_token_joules"), "o-", color="tab:orange",
+            label="J/token")  # fmt: skip
+    bx.set_yscale("log")
+    bx.set_ylabel("joules per output token")
+    bx.set_xlabel(xl)
+    _log2_axis(bx, xs)
+    _mark_saturation(bx, result)
+    px = bx.twinx()
+    px.plot(xs, _series(steps, "gpu_power_watts"), "s--", color="tab:red", label="GPU power (W)")
+    px.set_ylabel("watts")
+    px.set_ylim(bottom=0)  # watts from zero: an idle floor is most of a GPU's draw
+    h1, l1 = bx.get_legend_handles_labels()
+    h2, l2 = px.get_legend_handles_labels()
+    bx.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper right")
+    bx.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return _save(fig, out / "energy.png")
 
 
 def _ttft_parts_plot(out: Path, steps: Sequence[StepResult], parts: list[dict], xl: str) -> Path:

@@ -245,11 +245,12 @@ def diagnose(
     caps: Caps = NO_CAPS,
     seen_caps: Mapping[str, fig.SeenCap] | None = None,
     reconcile: bool = True,
+    gpu_hour_price: float | None = None,
 ) -> Diagnosis:
     """Every verdict that holds in this window, most important first. Pure: no I/O, no state
     (caps inferred in earlier windows come in as ``seen_caps``)."""
     seen = dict(seen_caps or {})
-    ctx = Context(window, thresholds, caps, seen)
+    ctx = Context(window, thresholds, caps, seen, gpu_hour_price=gpu_hour_price)
     verdicts: list[Verdict] = []
     idle = box_idle(ctx)
     if idle is not None:

@@ -35,9 +35,16 @@ class _Track:
 
 
 class Diagnoser:
-    def __init__(self, thresholds: Thresholds | None = None, caps: Caps | None = None) -> None:
+    def __init__(
+        self,
+        thresholds: Thresholds | None = None,
+        caps: Caps | None = None,
+        gpu_hour_price: float | None = None,
+    ) -> None:
         self.thresholds = thresholds if thresholds is not None else Thresholds()
         self.caps = caps if caps is not None else Caps()
+        # The price per GPU-hour the verdicts and the report quote (None: energy alone).
+        self.gpu_hour_price = gpu_hour_price
         self._tracks: dict[tuple[str, str], _Track] = {}
         # Sequence caps inferred from a plateau, by engine scope: a plateau shows only while
         # requests queue, and the cap is still the cap once the load eases.
@@ -82,7 +89,9 @@ class Diagnoser:
         seen_caps: dict[str, SeenCap],
     ) -> Diagnosis:
         th = self.thresholds
-        raw = diagnose(window, th, self.caps, seen_caps, reconcile=False)
+        raw = diagnose(
+            window, th, self.caps, seen_caps, reconcile=False, gpu_hour_price=self.gpu_hour_price
+        )
         for scope, a in raw.analyses.items():
             if a.get("seq_cap_origin") == "inferred" and a.get("seq_cap") is not None:
                 seen_caps[scope] = SeenCap(int(a["seq_cap"]), window.wall_end)

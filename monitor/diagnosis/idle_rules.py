@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict, pct
 from monitor.diagnosis.thresholds import Thresholds
 from monitor.diagnosis.verdict import Evidence, Verdict
+from monitor.energy import idle_bill, physical_gpus
 from monitor.report import gpu_scope
 from monitor.scopes import gpu_label
 from monitor.window import EngineWindow, GpuWindow
@@ -29,6 +32,33 @@ def moving_data(g: GpuWindow, th: Thresholds) -> bool:
 
 def gpu_idle(g: GpuWindow, th: Thresholds) -> bool:
     return g.util is not None and g.util < th.util_idle and not moving_data(g, th)
+
+
+def gpus_power(gpus: Sequence[GpuWindow]) -> float | None:
+    """What the boards draw together (None: some board's power was not read)."""
+    watts = [g.power_watts for g in physical_gpus(gpus)]
+    if not watts or any(w is None for w in watts):
+        return None
+    return sum(w for w in watts if w is not None)
+
+
+def bill_evidence(watts: float | None, price: float | None, gpus: float) -> list[Evidence]:
+    out = [ev("idle_power_watts", watts, unit="W")] if watts is not None else []
+    if price is not None:
+        out.append(ev("idle_cost_per_hour", price * gpus, unit="$/h"))
+    return out
+
+
+def bill_sentence(what: str, watts: float | None, price: float | None, gpus: float) -> str:
+    """The idle part of the bill: " GPU 2 draws 85 W held idle (0.31 MJ an hour; $2.50 an
+    hour at $2.50/GPU-hour)." ("" when neither the power nor a price is known)."""
+    bill = idle_bill(None, price, gpus)
+    if watts is None:
+        # No power reading (a MIG instance alone): the money only, where a price is given.
+        return f" {what} held idle cost {bill}." if bill else ""
+    parts = [f"{watts * 3600 / 1e6:.2f} MJ an hour"] + ([bill] if bill else [])
+    verb = "draws" if what.startswith("GPU ") else "draw"
+    return f" {what} {verb} {watts:.0f} W held idle ({'; '.join(parts)})."
 
 
 def box_idle(ctx: Context) -> Verdict | None:
@@ -62,8 +92,13 @@ def box_idle(ctx: Context) -> Verdict | None:
         what = (
             "no requests (no GPU data)" if "gpu" in missing else "no GPU activity (no engine data)"
         )
+    # The idle part of the bill: GPUs held but unused still draw their idle watts.
+    boards = len(physical_gpus(w.gpus))
+    watts = gpus_power(w.gpus)
+    evidence += bill_evidence(watts, ctx.gpu_hour_price, boards) if boards else []
+    bill = bill_sentence("The GPUs", watts, ctx.gpu_hour_price, boards) if boards else ""
     return make_verdict(
-        "idle", conf, BOX, evidence, "none: nothing to serve", f"Idle: {what}.", missing
+        "idle", conf, BOX, evidence, "none: nothing to serve", f"Idle: {what}.{bill}", missing
     )
 
 
@@ -77,15 +112,21 @@ def idle_gpus(ctx: Context) -> list[Verdict]:
         return out
     for g in ctx.gpus:
         if gpu_idle(g, ctx.th):
+            # A MIG instance is not billed apart from its board.
+            price = ctx.gpu_hour_price if g.mig_parent is None else None
             out.append(
                 make_verdict(
                     "idle",
                     0.7,
                     gpu_scope(g),
-                    [ev("util", g.util, ctx.th.util_idle, "<", "ratio")],
+                    [
+                        ev("util", g.util, ctx.th.util_idle, "<", "ratio"),
+                        *bill_evidence(g.power_watts, price, 1),
+                    ],
                     f"check that the engine uses GPU {g.index} (CUDA_VISIBLE_DEVICES, "
                     "--tensor-parallel-size, --data-parallel-size)",
-                    f"GPU {g.index} is idle ({pct(g.util or 0)} duty cycle) while the box has work.",
+                    f"GPU {g.index} is idle ({pct(g.util or 0)} duty cycle) while the box has work."
+                    + bill_sentence(f"GPU {g.index}", g.power_watts, price, 1),
                 )
             )
     return out

@@ -55,6 +55,8 @@ class Context:
     caps: Caps
     # Caps inferred in earlier windows, by engine scope (the Diagnoser remembers them).
     seen_caps: Mapping[str, fig.SeenCap] = field(default_factory=dict)
+    # The price per GPU-hour the idle part of the bill is quoted at (None: in energy alone).
+    gpu_hour_price: float | None = None
     # Each engine's figures that several rules and the analysis use, made once a window.
     _made: dict[tuple[str, int], Any] = field(default_factory=dict, compare=False, repr=False)
 

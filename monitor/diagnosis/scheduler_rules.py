@@ -7,9 +7,10 @@ import time
 
 from monitor.capacity_text import GROWTH_SHOWN, longer
 from monitor.diagnosis import figures as fig
-from monitor.diagnosis.idle_rules import engine_idle
+from monitor.diagnosis.idle_rules import engine_idle, gpus_power
 from monitor.diagnosis.rule_kit import Context, engine_table, ev, make_verdict, num, pct
-from monitor.diagnosis.verdict import Verdict
+from monitor.diagnosis.verdict import Evidence, Verdict
+from monitor.energy import money, physical_gpus
 from monitor.report import engine_scope
 from monitor.window import EngineWindow
 
@@ -136,7 +137,30 @@ def starved(ctx: Context, e: EngineWindow) -> Verdict | None:
         else (f"{num(e.running_mean)} running (cap unknown)")
     )
     summary = f"Starved: {slots} and {queue_words}{gpu_text}."
+    summary += starved_bill(ctx, activity, evidence)
     return make_verdict("starved", conf, engine_scope(e), evidence, fix, summary, missing)
+
+
+def starved_bill(ctx: Context, activity: float | None, evidence: list[Evidence]) -> str:
+    """The idle part of a starved box's bill: what its GPUs draw and, with a price, the
+    share of the GPU-hours paid that the missing load leaves unused."""
+    watts = gpus_power(ctx.gpus)
+    boards = len(physical_gpus(ctx.gpus))
+    price = ctx.gpu_hour_price
+    if not boards or (watts is None and price is None):
+        return ""
+    parts = []
+    if watts is not None:
+        evidence.append(ev("gpu_power_watts", watts, unit="W"))
+        parts.append(f"The GPUs draw {watts:.0f} W ({watts * 3600 / 1e6:.2f} MJ an hour)")
+    if price is not None and activity is not None:
+        unused = max(0.0, 1.0 - activity) * price * boards
+        evidence.append(ev("idle_cost_per_hour", unused, unit="$/h"))
+        parts.append(
+            f"{money(unused)} an hour of the {money(price * boards)} paid at "
+            f"{money(price)}/GPU-hour buys capacity left unused"
+        )
+    return " " + "; ".join(parts) + "." if parts else ""
 
 
 def kv_cap(ctx: Context, e: EngineWindow) -> Verdict | None:

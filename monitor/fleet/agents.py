@@ -40,6 +40,13 @@ def instance_of(url: str) -> str:
     return parts.netloc.rpartition("@")[2] or url
 
 
+def _power(g: Mapping[str, Any], window_s: Any) -> float | None:
+    """A GPU's mean power over the agent's window, from its energy there (as the Prometheus
+    path reads it from the energy counter's rate); None without an energy reading."""
+    joules, span = _num(g.get("energy_joules")), _num(window_s)
+    return joules / span if joules is not None and span else None
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -53,6 +60,7 @@ def host_from_report(
             model=str(g.get("name") or ""),
             util=_num(g.get("util")),
             sm_active=_num(g.get("sm_active")),
+            power_watts=_power(g, report.get("window_s")),
         )  # fmt: skip
         for g in report.get("gpus") or ()
     )
@@ -69,6 +77,7 @@ def host_from_report(
                 kv_cache_usage=_num(e.get("kv_cache_usage")),
                 headroom_factor=_num(room.get("factor")),
                 first_limit=room.get("limit") or None,
+                energy_per_token_joules=_num(e.get("energy_per_token_joules")),
             )
         )
     # The snapshot lists its verdicts in the diagnosis's order already: keep it.

@@ -1,7 +1,7 @@
 """The fleet as plain frozen data, assembled from the query answers and ranked by wasted GPU.
 
 Wasted GPU is GPUs x (1 - SM active): a host of eight GPUs whose SMs are 10% active wastes
-7.2 GPUs. A GPU whose SM activity was not read (no GPM, no DCGM profiling) adds nothing and
+7.2 GPUs; at a price per GPU-hour (--gpu-hour-price) that is money an hour. A GPU whose SM activity was not read (no GPM, no DCGM profiling) adds nothing and
 is counted apart; a host with no SM reading at all has no figure and ranks after those that
 have one. A reading that is absent stays None here and a dash on screen, never 0.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.fleet.promql import Answer
-from monitor.fleet.queries import ENGINE_FAMILIES, ENGINE_KEY, GPU_FAMILIES
+from monitor.fleet.queries import ENGINE_FAMILIES, ENGINE_KEY, GPU_FAMILIES, GPU_RATES
 
 # A host whose agent has not ticked for this long is stale: its numbers are old or gone.
 STALE_AFTER_S = 60.0
@@ -27,6 +27,7 @@ class FleetGpu:
     model: str
     util: float | None = None
     sm_active: float | None = None
+    power_watts: float | None = None  # from its energy counter's rate
 
     @property
     def wasted(self) -> float | None:
@@ -39,6 +40,7 @@ class FleetGpu:
             "util": self.util,
             "sm_active": self.sm_active,
             "wasted": self.wasted,
+            "power_watts": self.power_watts,
         }
 
 
@@ -52,6 +54,7 @@ class FleetEngine:
     kv_cache_usage: float | None = None
     headroom_factor: float | None = None
     first_limit: str | None = None
+    energy_per_token_joules: float | None = None
 
     @property
     def scope(self) -> str:
@@ -68,6 +71,7 @@ class FleetEngine:
             "kv_cache_usage": self.kv_cache_usage,
             "headroom_factor": self.headroom_factor,
             "first_limit": self.first_limit,
+            "energy_per_token_joules": self.energy_per_token_joules,
         }
 
 
@@ -109,6 +113,7 @@ class FleetHost:
     stale_after_s: float = STALE_AFTER_S
     present: bool = True  # Prometheus has the agent's series now (its last scrape worked)
     note: str | None = None  # why the host has no readings (an agent that did not answer)
+    gpu_hour_price: float | None = None  # what one GPU costs an hour (None: not given)
 
     @property
     def stale(self) -> bool:
@@ -123,6 +128,22 @@ class FleetHost:
     def wasted(self) -> float | None:
         values = [g.wasted for g in self.gpus if g.wasted is not None]
         return sum(values) if values else None
+
+    @property
+    def wasted_cost_per_hour(self) -> float | None:
+        """The wasted GPUs in money an hour, at the price."""
+        wasted = self.wasted
+        if wasted is None or self.gpu_hour_price is None:
+            return None
+        return wasted * self.gpu_hour_price
+
+    @property
+    def power_watts(self) -> float | None:
+        """Every GPU's power together (None unless each was read)."""
+        values = [g.power_watts for g in self.gpus]
+        if not values or any(v is None for v in values):
+            return None
+        return sum(v for v in values if v is not None)
 
     @property
     def gpus_without_sm_active(self) -> int:
@@ -160,6 +181,8 @@ class FleetHost:
             "note": self.note,
             "last_tick_age_s": self.last_tick_age_s,
             "wasted_gpus": self.wasted,
+            "wasted_cost_per_hour": self.wasted_cost_per_hour,
+            "power_watts": self.power_watts,
             "gpus_without_sm_active": self.gpus_without_sm_active,
             "cause": top.cause if top else None,
             "confidence": top.confidence if top else None,
@@ -176,6 +199,7 @@ class Fleet:
     time: float | None = None  # the evaluation time of the answers
     host_label: str = "instance"
     notes: tuple[str, ...] = field(default=())
+    gpu_hour_price: float | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -190,6 +214,17 @@ class Fleet:
         values = [h.wasted for h in self.hosts if h.wasted is not None]
         return sum(values) if values else None
 
+    @property
+    def wasted_cost_per_hour(self) -> float | None:
+        values = [h.wasted_cost_per_hour for h in self.hosts]
+        known = [v for v in values if v is not None]
+        return sum(known) if known else None
+
+    def priced(self, gpu_hour_price: float | None) -> Fleet:
+        """The same fleet with its waste in money at ``gpu_hour_price`` (None: GPUs only)."""
+        hosts = tuple(dataclasses.replace(h, gpu_hour_price=gpu_hour_price) for h in self.hosts)
+        return dataclasses.replace(self, hosts=hosts, gpu_hour_price=gpu_hour_price)
+
     def host(self, instance: str) -> FleetHost | None:
         return next((h for h in self.hosts if h.instance == instance), None)
 
@@ -201,6 +236,8 @@ class Fleet:
             "gpu_count": self.gpu_count,
             "engine_count": self.engine_count,
             "wasted_gpus": self.wasted,
+            "gpu_hour_price": self.gpu_hour_price,
+            "wasted_cost_per_hour": self.wasted_cost_per_hour,
             "hosts": [h.to_json() for h in self.hosts],
         }
 
@@ -278,7 +315,9 @@ def assemble(
         host_gpus = tuple(
             sorted(
                 (
-                    FleetGpu(gpu=k[0], model=k[1], **{f: v.get(f) for f in GPU_FAMILIES})
+                    FleetGpu(
+                        gpu=k[0], model=k[1], **{f: v.get(f) for f in (*GPU_FAMILIES, *GPU_RATES)}
+                    )
                     for k, v in gpus.get(host, {}).items()
                 ),
                 key=_gpu_order,

@@ -21,7 +21,13 @@ ENGINE_FAMILIES = {
     "waiting": "headroom_engine_requests_waiting",
     "kv_cache_usage": "headroom_engine_kv_cache_usage_ratio",
     "headroom_factor": "headroom_engine_load_headroom_ratio",
+    "energy_per_token_joules": "headroom_engine_energy_per_token_joules",
 }
+# GPU figures that are a counter's rate: each GPU's mean power from its energy counter,
+# between its last two scrapes (irate): rate() over a range divides by the whole range, so
+# for a range's length after an agent starts it reads a fraction of the power.
+GPU_RATES = {"power_watts": "headroom_gpu_energy_joules_total"}
+RATE_RANGE = "2m"
 ENGINE_KEY = ("url", "model_name", "engine")
 GPU_KEY = ("gpu", "model")
 
@@ -35,6 +41,11 @@ def fleet_queries(host_label: str, matchers: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     for field, family in GPU_FAMILIES.items():
         out[f"gpu.{field}"] = f"max by ({by_gpu}) ({family}{sel})"
+    for field, family in GPU_RATES.items():
+        # "and" the series now: a rate outlives its agent by the range, the series do not.
+        out[f"gpu.{field}"] = (
+            f"max by ({by_gpu}) (irate({family}{sel}[{RATE_RANGE}]) and {family}{sel})"
+        )
     for field, family in ENGINE_FAMILIES.items():
         out[f"engine.{field}"] = f"max by ({by_engine}) ({family}{sel})"
     out["engine.first_limit"] = (

@@ -10,6 +10,20 @@ HEADER = (
     f"{'HOST / GPU / ENGINE':<34} {'WASTED':>6}  {'CAUSE':<14} {'CONF':>4} "
     f"{'DUTY':>5} {'SM':>5} {'RUN':>6} {'WAIT':>6} {'KV':>5}"
 )
+# With a price: the waste in money an hour, the GPUs' power and energy per token.
+ENERGY_HEADER = f" {'$/HOUR':>8} {'POWER':>7} {'J/TOK':>7}"
+
+
+def money(v: float | None) -> str:
+    return "-" if v is None else f"${v:,.2f}"
+
+
+def watts(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f} W"
+
+
+def energy_cells(cost: float | None, power: float | None, per_token: float | None) -> str:
+    return f" {money(cost):>8} {watts(power):>7} {num(per_token, 3) if per_token is not None else '-':>7}"
 
 
 def pct(v: float | None) -> str:
@@ -64,6 +78,9 @@ def host_lines(h: FleetHost, detail: bool = True) -> list[str]:
             num(h.engine_sum("waiting")),
             pct(h.engine_max("kv_cache_usage")),
         )
+        + energy_cells(
+            h.wasted_cost_per_hour, h.power_watts, h.engine_max("energy_per_token_joules")
+        )
     ]
     if not detail:
         return lines
@@ -112,6 +129,11 @@ def summary(fleet: Fleet) -> str:
         f"{count(fleet.engine_count, 'engine')}; "
         f"{count(num(fleet.wasted), 'GPU')} wasted (GPUs x (1 - SM active))"
     )
+    if fleet.gpu_hour_price is not None:
+        text += (
+            f", {money(fleet.wasted_cost_per_hour)} an hour at "
+            f"{money(fleet.gpu_hour_price)}/GPU-hour"
+        )
     if stale:
         text += f"; {stale} stale"
     return text
@@ -119,7 +141,7 @@ def summary(fleet: Fleet) -> str:
 
 def render(fleet: Fleet, top: int | None = None, detail: bool = True) -> str:
     hosts = fleet.hosts if top is None else fleet.hosts[:top]
-    lines = [f"headroom fleet from {fleet.source}: {summary(fleet)}", HEADER]
+    lines = [f"headroom fleet from {fleet.source}: {summary(fleet)}", HEADER + ENERGY_HEADER]
     for h in hosts:
         lines.extend(host_lines(h, detail))
     if top is not None and len(fleet.hosts) > top:

@@ -32,6 +32,7 @@ def build_sources(
     gpm: bool = True,
     gpu_util_every_s: float = 0.0,
     gpu_processes_every_s: float = 5.0,
+    gpu_energy_every_s: float = 30.0,
     host: bool = True,
     host_pids: Sequence[int] = (),
     timeout: float = 2.0,
@@ -55,6 +56,7 @@ def build_sources(
                 indices=gpu_indices,
                 util_every_s=gpu_util_every_s,
                 processes_every_s=gpu_processes_every_s,
+                energy_every_s=gpu_energy_every_s,
             )
             sources.append(src)
             notes.extend(getattr(src, "notes", ()))

@@ -44,6 +44,7 @@ CLOCKS_EVENT_REASONS = 112  # bitmask, same bits as NVML
 MAX_SM_CLOCK = 113  # MHz
 GPU_TEMP = 150  # C
 POWER_USAGE = 155  # W
+TOTAL_ENERGY = 156  # mJ since the driver loaded (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
 ENFORCED_POWER_LIMIT = 164  # W
 GPU_UTIL = 203  # percent
 MEM_COPY_UTIL = 204  # percent
@@ -55,6 +56,7 @@ DEVICE_FIELDS: tuple[int, ...] = (
     MAX_SM_CLOCK,
     GPU_TEMP,
     POWER_USAGE,
+    TOTAL_ENERGY,
     ENFORCED_POWER_LIMIT,
     GPU_UTIL,
     MEM_COPY_UTIL,
@@ -93,6 +95,7 @@ _MAP: dict[int, tuple[str, float]] = {
     MAX_SM_CLOCK: ("sm_clock_max_hz", 1e6),
     GPU_TEMP: ("temperature_c", 1.0),
     POWER_USAGE: ("power_watts", 1.0),
+    TOTAL_ENERGY: ("energy_joules", 1e-3),
     ENFORCED_POWER_LIMIT: ("power_limit_watts", 1.0),
     GPU_UTIL: ("util", 0.01),
     MEM_COPY_UTIL: ("mem_util", 0.01),
@@ -228,6 +231,8 @@ class DcgmSource:
                 out["memory_used_bytes"] = int(v) * _MIB
             elif fid == CLOCKS_EVENT_REASONS:
                 out["throttle_reasons"] = throttle_names(int(v))
+        if "energy_joules" in out:
+            out["energy_source"] = "counter"
         return GpuSample(index=gid, uuid=uuid, name=name, source="dcgm", **out)
 
     def _latest(self, gid: int, fid: int, series: Any) -> Any:

@@ -11,6 +11,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from monitor.errors import ConfigError, EndpointError
 from monitor.samples import GpuSample, SourceError
@@ -71,6 +72,13 @@ FIELDS: tuple[Field, ...] = (
     Field("nvlink_tx_bytes_per_s", ("DCGM_FI_PROF_NVLINK_TX_BYTES",)),
     Field("nvlink_rx_bytes_per_s", ("DCGM_FI_PROF_NVLINK_RX_BYTES",)),
     Field("power_watts", ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS")),
+    # mJ since the driver loaded (dcgm-exporter's default counters list it, typed counter:
+    # a text parser names a counter's samples <name>_total).
+    Field(
+        "energy_joules",
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+        lambda v: v / 1000.0,
+    ),
     Field(
         "power_limit_watts",
         (
@@ -171,7 +179,9 @@ def _sample(key: EntityKey, labels: dict[str, str], v: dict[str, float]) -> GpuS
     if total is None and used is not None and v.get("_fb_free") is not None:
         total = used + v["_fb_free"] + v.get("_fb_reserved", 0.0)
     extra = tuple(sorted((k, val) for k, val in labels.items() if k not in _MAPPED_LABELS))
-    fields = {k: val for k, val in v.items() if not k.startswith("_")}
+    fields: dict[str, Any] = {k: val for k, val in v.items() if not k.startswith("_")}
+    if "energy_joules" in fields:
+        fields["energy_source"] = "counter"
     if gi is None:
         return GpuSample(
             index=index,

@@ -21,9 +21,10 @@ from textual.widgets import DataTable, Footer, Static
 
 from monitor.errors import HeadroomError
 from monitor.fleet.model import Fleet, FleetHost
-from monitor.fleet.render import count, host_age, num, pct
+from monitor.fleet.render import count, host_age, money, num, pct, watts
 
-COLUMNS = ("host", "GPUs", "wasted", "cause", "conf", "duty", "SM", "run", "wait", "KV")
+COLUMNS = ("host", "GPUs", "wasted", "cause", "conf", "duty", "SM", "run", "wait", "KV", "$/hour",
+           "power")  # fmt: skip
 
 
 def _clock(t: float | None) -> str:
@@ -79,6 +80,8 @@ class FleetScreen(Screen):
                 num(h.engine_sum("running")),
                 num(h.engine_sum("waiting")),
                 pct(h.engine_max("kv_cache_usage")),
+                money(h.wasted_cost_per_hour),
+                watts(h.power_watts),
                 key=h.instance,
             )
         if keep is not None and fleet.host(keep) is not None:
@@ -111,9 +114,12 @@ def host_text(h: FleetHost | None, instance: str) -> Text:
     if top is not None:
         text.append(f"  {top.cause}", style="bold yellow")
         text.append(f" ({num(top.confidence, 2)})")
-    text.append(
-        f"\n{count(len(h.gpus), 'GPU')}, wasted {count(num(h.wasted), 'GPU')}; {host_age(h)}"
-    )
+    text.append(f"\n{count(len(h.gpus), 'GPU')}, wasted {count(num(h.wasted), 'GPU')}")
+    if h.wasted_cost_per_hour is not None:
+        text.append(f" ({money(h.wasted_cost_per_hour)} an hour)")
+    if h.power_watts is not None:
+        text.append(f", drawing {watts(h.power_watts)}")
+    text.append(f"; {host_age(h)}")
     if h.stale:
         text.append("  STALE", style="bold red")
     text.append("\n\nGPUs\n", style="bold underline")
@@ -252,6 +258,11 @@ class FleetApp(App[int]):
         return (
             f"{where}  {count(len(f.hosts), 'host')}, {count(f.gpu_count, 'GPU')}, "
             f"{count(num(f.wasted), 'GPU')} wasted"
+            + (
+                f" ({money(f.wasted_cost_per_hour)} an hour)"
+                if f.gpu_hour_price is not None
+                else ""
+            )
             + (f", {stale} stale" if stale else "")
             + f"  at {_clock(f.time)}  enter: a host"
         )

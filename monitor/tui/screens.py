@@ -280,6 +280,42 @@ def process_table(text: Text, g: Mapping[str, Any], width: int) -> None:
         text.append(line[: max(20, width - 2)] + "\n", style=style)
 
 
+def gpu_energy_words(g: Mapping[str, Any], window_s: float | None) -> str:
+    """ "4.1 kJ over 10.0 s (412 W), from the energy counter; 1.23 MJ on the counter", power
+    times the window where the GPU has no counter, or a dash and why."""
+    j, how = g.get("energy_joules"), "the energy counter"
+    if g.get("energy_source") == "power":
+        how = "its power readings (no energy counter)"
+    if j is None and g.get("power_watts") is not None and window_s:
+        j, how = g["power_watts"] * window_s, "its mean power x the window (no energy counter)"
+    if j is None:
+        why = "NVML gives none for a MIG instance" if g.get("mig_parent") is not None else ""
+        return "- (no energy or power reading" + (f": {why})" if why else ")")
+    watts = f" ({j / window_s:.0f} W)" if window_s else ""
+    out = f"{fmt.si(j, 'J')} over {fmt.num(window_s, '.1f')} s{watts}, from {how}"
+    total = g.get("energy_joules_total")
+    return out + (f"; {fmt.si(total, 'J')} on the counter" if total is not None else "")
+
+
+def engine_energy_words(e: Mapping[str, Any], box: Mapping[str, Any] | None) -> str:
+    """ "0.055 J/token · 5.3 J/request · 18.2 tokens/J · 412 W · $0.34/M tokens" or a dash."""
+    jt = e.get("energy_per_token_joules")
+    if jt is None:
+        missing = ", ".join((box or {}).get("missing") or ())
+        return "-" + (f" (no energy reading for {missing})" if missing else "")
+    parts = [
+        f"{fmt.num(jt, '.3g')} J/token",
+        f"{fmt.num(e.get('energy_per_request_joules'), '.3g')} J/request",
+        f"{fmt.num(e.get('tokens_per_joule'), '.3g')} tokens/J",
+    ]
+    if box and box.get("power_watts") is not None:
+        parts.append(f"GPUs {box['power_watts']:.0f} W")
+    cost = e.get("cost_per_million_tokens")
+    if cost is not None:
+        parts.append(f"${cost:.3g} per M tokens")
+    return " · ".join(parts)
+
+
 def _row(text: Text, label: str, value: str) -> None:
     text.append(f"{label:<25} ", style="bold")
     text.append(value + "\n")
@@ -381,6 +417,7 @@ class GpuDetailScreen(DetailScreen):
         _row(
             text, "throttle reasons", ", ".join(g.get("throttle_reasons") or ()) or "none reported"
         )
+        _row(text, "energy", gpu_energy_words(g, (view.report or {}).get("window_s")))
         if g.get("mig_parent") is not None:
             _row(text, "MIG instance of GPU", str(g["mig_parent"]))
         for k, v in (g.get("labels") or {}).items():
@@ -545,6 +582,7 @@ class EngineDetailScreen(DetailScreen):
             "queue / prefill / decode",
             f"{fmt.seconds(e.get('queue_mean_s'))} / {fmt.seconds(e.get('prefill_mean_s'))} / {fmt.seconds(e.get('decode_mean_s'))} (means)",
         )
+        _row(text, "energy", engine_energy_words(e, (view.report or {}).get("energy")))
         cc = e.get("cache_config") or {}
         if cc:
             # The few keys that bear on capacity; the rest (mamba_*, ...) behind `c`.

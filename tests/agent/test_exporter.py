@@ -91,6 +91,72 @@ def test_gpu_series_and_absent_values() -> None:
     assert empty["headroom_agent_build_info"][0][0] == {"version": "1.2.3"}
 
 
+def test_energy_counter_per_gpu_and_energy_per_token_per_engine() -> None:
+    snaps = [
+        Snapshot(
+            t=float(i),
+            wall=1000.0 + i,
+            gpus=(
+                GpuSample(
+                    0,
+                    "GPU-a",
+                    "NVIDIA H200",
+                    "nvml",
+                    util=0.9,
+                    power_watts=500.0,
+                    energy_joules=1000.0 + 500.0 * i,
+                    energy_source="counter",
+                ),
+                GpuSample(
+                    1,
+                    "GPU-b",
+                    "NVIDIA T4",
+                    "nvml",
+                    util=0.9,
+                    power_watts=50.0,
+                    energy_joules=50.0 * i,
+                    energy_source="power",
+                ),
+                GpuSample(
+                    2, "MIG-c", "NVIDIA H200 MIG", "nvml", util=0.9, mig_parent=0, mig_instance=1
+                ),
+            ),
+            engines=(
+                EngineSample(
+                    URL,
+                    "m",
+                    "0",
+                    running=8.0,
+                    waiting=0.0,
+                    generation_tokens_total=1100.0 * i,
+                    request_success_total=5.5 * i,
+                ),
+            ),
+        )  # fmt: skip
+        for i in range(5)
+    ]
+    view = View(compute_window(snaps), None)
+    view.gpu_hour_price = 3.6  # type: ignore[attr-defined]
+    m = scrape(view)
+    energy = {
+        lab["gpu"]: (lab["energy_from"], v) for lab, v in m["headroom_gpu_energy_joules_total"]
+    }
+    # The counter's value as read; the MIG instance has none: absent, not 0.
+    assert energy == {"0": ("counter", 3000.0), "1": ("power", 200.0)}
+    ((labels, jt),) = m["headroom_engine_energy_per_token_joules"]
+    assert labels == {"url": URL, "model_name": "m", "engine": "0"}
+    assert jt == pytest.approx(550.0 / 1100.0)  # both boards' watts over the engine's tokens
+    assert m["headroom_engine_energy_per_request_joules"][0][1] == pytest.approx(100.0)
+    assert m["headroom_engine_tokens_per_joule"][0][1] == pytest.approx(2.0)
+    # $3.60 a GPU-hour x 2 boards over 1,100 tokens a second.
+    assert m["headroom_engine_cost_per_million_tokens"][0][1] == pytest.approx(
+        2 * 1e-3 / 1100 * 1e6
+    )
+    # Without GPU energy or a price, the engine's energy series are absent, not 0.
+    bare = scrape(View(window(), None))
+    assert not [k for k in bare if "energy" in k or "joule" in k or "cost" in k]
+
+
 def test_diagnosis_gauges_and_analysis_units() -> None:
     w = window()
     scope = engine_scope(w.engines[0])

@@ -69,6 +69,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             interval=0.5,
             window=4.0,
             pids=(sim.pid,),
+            gpu_hour_price=2.5,
         )
     )
     agent.start()
@@ -207,6 +208,9 @@ def test_every_dashboard_query_runs(stack: Stack) -> None:
     )
     unexpected = [e for e in empty if not allowed.search(e)]
     assert not unexpected, "\n".join(unexpected)
+    # The energy and cost panels are among those with data (the simulator's energy counter).
+    energy = [q for q in queries if re.search("energy|joule|cost", q[2])]
+    assert len(energy) >= 6 and not [e for e in empty if re.search("energy|joule|cost", e)]
     assert len(empty) <= len(queries) // 3, empty
 
 
@@ -217,6 +221,12 @@ def test_the_agents_exposition_passes_promtool_lint(stack: Stack) -> None:
         stack.agent.url + "/metrics", timeout=5).text, timeout=45, step=1)  # fmt: skip
     text = httpx.get(stack.agent.url + "/metrics", timeout=5).text
     assert "headroom_host_cpus " in text and "headroom_engine_seq_cap{" in text
+    assert "# TYPE headroom_gpu_energy_joules_total counter" in text or (
+        "# TYPE headroom_gpu_energy_joules counter" in text
+    )
+    assert "headroom_gpu_energy_joules_total{" in text
+    assert "headroom_engine_energy_per_token_joules{" in text
+    assert "headroom_engine_cost_per_million_tokens{" in text
     lint = subprocess.run(
         [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
     )

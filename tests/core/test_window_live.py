@@ -102,12 +102,16 @@ def synthetic(n: int, seed: int) -> list[Snapshot]:
     hists: dict[tuple[str, str], Histogram] = {}
     bounds = BOUNDS
     cpu = [0.0, 0.0, 0.0]
+    energy = [5e6, 0.0]
     for i in range(n):
         t += rng.choice((0.1, 0.1, 0.1, 0.35, 1.2))  # late ticks, and gaps
         gpus = []
         for idx in range(2):
             if rng.random() < 0.1:
                 continue  # this GPU missed the tick
+            # An energy counter that grows, now and then restarts (a driver reload), and
+            # is missing on a MIG instance's tick or two.
+            energy[idx] = 0.0 if rng.random() < 0.01 else energy[idx] + rng.uniform(10, 70)
             gpus.append(
                 GpuSample(
                     index=idx,
@@ -128,6 +132,8 @@ def synthetic(n: int, seed: int) -> list[Snapshot]:
                     else None,
                     mig_parent=0 if idx == 1 else None,
                     mig_instance=1 if idx == 1 else None,
+                    energy_joules=None if idx == 1 and rng.random() < 0.3 else energy[idx],
+                    energy_source="counter",
                 )
             )
         if i == n // 2:

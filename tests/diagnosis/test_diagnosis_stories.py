@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from diag_windows import gpu, make_window
 
@@ -203,3 +205,22 @@ def test_a_peak_now_and_then_above_a_lower_plateau_is_not_a_cap() -> None:
     d = diagnose(w)
     assert d.analyses[engine_scope(w.engines[0])]["seq_cap"] != 4
     assert not any("sits at 4" in v.summary for v in d.verdicts), [v.summary for v in d.verdicts]
+
+
+def test_story_a_starved_says_the_idle_part_of_the_bill() -> None:
+    # Story A's GPU drawing 300 W: with a price, the starved verdict prices what the missing
+    # load leaves unused (SMs 89% active: 11% of $2.50 an hour, about $0.27);
+    # without one, watts alone.
+    w = make_window(
+        21,
+        gpus=[dataclasses.replace(LIGHT_GPU, power_watts=300.0)],
+        engine=dict(
+            running=10, rps=1.0, e2e_s=10.0, queue_s=0.0, steps_per_s=30, tokens_per_step=10
+        ),
+    )
+    top = diagnose(w, caps=Caps(max_num_seqs=64), gpu_hour_price=2.5).verdicts[0]
+    assert top.cause == "starved"
+    assert "The GPUs draw 300 W (1.08 MJ an hour)" in top.summary
+    assert "$0.27 an hour of the $2.50 paid at $2.50/GPU-hour" in top.summary
+    plain = diagnose(w, caps=Caps(max_num_seqs=64)).verdicts[0]
+    assert plain.summary.endswith("The GPUs draw 300 W (1.08 MJ an hour).")

@@ -18,7 +18,7 @@ def run(monkeypatch: pytest.MonkeyPatch, frames: list[tuple[Verdict, ...]]) -> D
     monkeypatch.setattr(
         hysteresis,
         "diagnose",
-        lambda w, th, caps, seen=None, reconcile=True: Diagnosis(next(it), {}),
+        lambda w, th, caps, seen=None, reconcile=True, **_: Diagnosis(next(it), {}),
     )
     d = Diagnoser()
     out = None

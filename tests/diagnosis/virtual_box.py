@@ -35,7 +35,8 @@ def closed_loop(cfg: SimConfig, concurrency: int, *, warmup_s: float, window_s: 
     while True:
         engines, _ = engines_from_text(render_vllm(sim.core, sim.stats), URL)
         act = sim.gpu_activity(tick_s)
-        gpus, _ = gpus_from_text(render_dcgm(cfg.engine, sim.core.num_blocks, act), GPU_URL)
+        page = render_dcgm(cfg.engine, sim.core.num_blocks, act, sim.gpu_energy_j())
+        gpus, _ = gpus_from_text(page, GPU_URL)
         snaps.append(Snapshot(t=sim.now, wall=1_800_000_000.0 + sim.now, gpus=gpus,
                               engines=engines))  # fmt: skip
         if sim.now >= t_end:

@@ -51,3 +51,30 @@ def test_a_one_shot_json_reading_promises_no_second_look(capsys) -> None:
     assert rc == 1
     assert f"no local process listens on TCP port {port}" in out
     assert "looking again" not in out + err
+
+
+SRC = ["--no-nvml", "--no-host", "--vllm", "http://127.0.0.1:1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["snapshot", "--gpu-hour-price", "-1", *SRC], {}),
+        (["snapshot", "--gpu-hour-price", "two", *SRC], {}),
+        (["snapshot", *SRC], {"HEADROOM_GPU_HOUR_PRICE": "nan"}),
+        (["agent", "--gpu-hour-price", "abc", *SRC], {}),
+        (["agent", *SRC], {"HEADROOM_GPU_HOUR_PRICE": "-3"}),
+        (["sweep", "--gpu-hour-price", "-1", "--target", "http://127.0.0.1:1", "--out", "x"], {}),
+        (["fleet", "--prometheus", "http://127.0.0.1:1", "--gpu-hour-price", "x"], {}),
+    ],
+    ids=["negative", "word", "env-nan", "agent-word", "agent-env", "sweep", "fleet"],
+)
+def test_a_bad_gpu_hour_price_is_one_line_and_exit_1(
+    capsys, monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str]
+) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 1
+    assert len(err.splitlines()) == 1 and "price per GPU-hour" in err and "Traceback" not in err

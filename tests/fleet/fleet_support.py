@@ -26,6 +26,8 @@ FAMILIES = (
     "headroom_engine_requests_waiting",
     "headroom_engine_kv_cache_usage_ratio",
     "headroom_engine_load_headroom_ratio",
+    "headroom_engine_energy_per_token_joules",
+    "headroom_gpu_energy_joules_total",
     "headroom_engine_first_limit",
     "headroom_diagnosis_confidence",
     "headroom_diagnosis_rank",
@@ -120,6 +122,7 @@ def host(
     engines: Sequence[Mapping[str, Any]] = (),
     model: str = "NVIDIA H200",
     gone: bool = False,
+    watts: float | None = None,
 ) -> None:
     """One host's series: a GPU per ``sm`` entry (None: no SM series for that GPU). ``gone``:
     the agent's last tick is only in the range query (its series ended), nothing else is.
@@ -135,6 +138,8 @@ def host(
             canned.add("headroom_gpu_utilization_ratio", gpu, util)
         if s is not None:
             canned.add("headroom_gpu_sm_active_ratio", gpu, s)
+        if watts is not None:  # the energy counter's rate, as the fleet's expression asks
+            canned.add("headroom_gpu_energy_joules_total", gpu, watts)
     for i, (cause, scope, confidence) in enumerate(verdicts):
         canned.add("headroom_diagnosis_confidence", {**base, "cause": cause, "scope": scope},
                    confidence)  # fmt: skip
@@ -148,6 +153,7 @@ def host(
             ("waiting", "headroom_engine_requests_waiting"),
             ("kv", "headroom_engine_kv_cache_usage_ratio"),
             ("headroom", "headroom_engine_load_headroom_ratio"),
+            ("j_per_token", "headroom_engine_energy_per_token_joules"),
         ):
             if key in e:
                 canned.add(family, labels, e[key])

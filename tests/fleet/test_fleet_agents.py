@@ -87,3 +87,20 @@ def test_one_remote_keeps_the_single_agent_screen(capsys: pytest.CaptureFixture[
     rc = main(["watch", "--remote", "http://127.0.0.1:9", "--remote", "http://127.0.0.1:10",
                "--vllm", "http://x"])  # fmt: skip
     assert rc == 1 and "apply to local sampling only" in capsys.readouterr().err
+
+
+def test_an_agents_report_gives_each_gpus_power_from_its_energy() -> None:
+    from monitor.fleet.agents import host_from_report
+
+    report = {
+        "window_s": 10.0,
+        "gpus": [
+            {"index": 0, "name": "NVIDIA H200", "sm_active": 0.5, "energy_joules": 4000.0},
+            {"index": 1, "name": "NVIDIA H200", "sm_active": 0.5, "energy_joules": None},
+        ],
+        "engines": [{"url": "u", "model_name": "m", "engine": "0", "energy_per_token_joules": 0.2}],
+    }
+    h = host_from_report("box:9402", report, now=0.0)
+    assert [g.power_watts for g in h.gpus] == [400.0, None]
+    assert h.power_watts is None  # one GPU unread: no total that reads as the whole
+    assert h.engines[0].energy_per_token_joules == 0.2

@@ -139,6 +139,22 @@ def test_fleet_reads_three_agents_through_prometheus(fleet_prometheus: Fleet) ->
     seq = next(h for h in doc["hosts"] if scenario[h["instance"]] == "seq-cap")
     engine = seq["engines"][0]
     assert engine["running"] > 0 and engine["waiting"] > 0
+    # Each GPU's power from its energy counter through Prometheus: the simulated H100 draws
+    # its 70 W idle floor at rest and more at work, never past its 700 W TDP.
+    # (A rate needs two scrapes of the counter: wait for them.)
+
+    def powers() -> dict[str, float] | None:
+        got = json.loads(_fleet(url, "--json").stdout)["hosts"]
+        power = {scenario[h["instance"]]: h["power_watts"] for h in got}
+        return power if all(v is not None for v in power.values()) else None
+
+    power = wait_until(powers, timeout=30, step=1)
+    assert power["idle"] == pytest.approx(70.0, rel=0.05), power
+    assert 70.0 < power["seq-cap"] < 700.0 and 70.0 < power["compute-bound"] < 700.0, power
+    assert engine["energy_per_token_joules"] > 0
+    priced = json.loads(_fleet(url, "--json", "--gpu-hour-price", "2").stdout)
+    idle_host = next(h for h in priced["hosts"] if scenario[h["instance"]] == "idle")
+    assert idle_host["wasted_cost_per_hour"] == pytest.approx(2.0)  # a whole idle GPU
     # The table says the same in words: every host listed, the seq-cap engine's verdict.
     table = _fleet(url)
     assert table.returncode == 0, table.stderr

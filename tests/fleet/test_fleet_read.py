@@ -73,7 +73,7 @@ def test_missing_readings_are_null_and_dashes_not_zero(capsys: pytest.CaptureFix
     doc = fleet_json(capsys, canned)
     h = doc["hosts"][0]
     assert h["gpus"] == [{"gpu": "0", "model": "NVIDIA H200", "util": 0.4, "sm_active": None,
-                          "wasted": None}]  # fmt: skip
+                          "wasted": None, "power_watts": None}]  # fmt: skip
     assert h["wasted_gpus"] is None and h["gpus_without_sm_active"] == 1
     assert h["engines"][0]["kv_cache_usage"] is None and h["engines"][0]["running"] == 3.0
     assert h["cause"] is None and h["verdicts"] == []
@@ -82,8 +82,8 @@ def test_missing_readings_are_null_and_dashes_not_zero(capsys: pytest.CaptureFix
     assert rc == 0
     host_row = next(line for line in out.splitlines() if line.startswith("old-box:9402"))
     cells = host_row.split()
-    # wasted, cause, confidence, duty, SM, running, waiting, KV
-    assert cells[1:] == ["-", "-", "-", "40%", "-", "3.0", "0.0", "-"]
+    # wasted, cause, confidence, duty, SM, running, waiting, KV, $/hour, power, J/token
+    assert cells[1:] == ["-", "-", "-", "40%", "-", "3.0", "0.0", "-", "-", "-", "-"]
 
 
 def test_the_headline_cause_is_the_one_the_agent_leads_with(
@@ -115,7 +115,7 @@ def test_verdicts_engines_and_the_headline_cause(capsys: pytest.CaptureFixture[s
     assert h["engines"] == [{"url": "http://127.0.0.1:8000/metrics", "model_name": "m",
                              "engine": "0", "running": 64.0, "waiting": 20.0,
                              "kv_cache_usage": 0.4, "headroom_factor": 1.0,
-                             "first_limit": "seq-cap"}]  # fmt: skip
+                             "first_limit": "seq-cap", "energy_per_token_joules": None}]  # fmt: skip
     with serve(canned) as url:
         _, out, _ = fleet(capsys, url)
     lines = out.splitlines()
@@ -155,7 +155,7 @@ def test_it_asks_few_aggregated_queries_narrowed_by_the_selector(
     fleet_json(capsys, canned, "--selector", 'job="headroom",env=~"prod.*"', "--host-label", "box")
     queries = [a["form"]["query"][0] for a in canned.asked]
     # One query per family, however many hosts: never one per host.
-    assert 5 <= len(queries) <= 12
+    assert 5 <= len(queries) <= 14
     assert all(a["path"] == "/api/v1/query" for a in canned.asked)
     for q in queries:
         assert 'job="headroom",env=~"prod.*"' in q, q
@@ -216,3 +216,31 @@ def test_two_servers_of_one_model_on_a_box_are_told_apart(
         _, out, _ = fleet(capsys, url)
     rows = [line.split() for line in out.splitlines() if line.startswith("  m/0")]
     assert rows == [["m/0", ":8000", "1.0", "-", "-"], ["m/0", ":8001", "7.0", "-", "-"]]
+
+
+def test_wasted_gpus_as_money_with_power_and_energy_per_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canned = Canned()
+    host(canned, "half-idle", [0.5] * 8, watts=300.0,
+         engines=[{"running": 10.0, "j_per_token": 0.25}])  # fmt: skip
+    host(canned, "busy", [0.9], watts=650.0)
+    doc = fleet_json(capsys, canned, "--gpu-hour-price", "2.5")
+    half, busy = doc["hosts"]
+    assert doc["gpu_hour_price"] == 2.5
+    assert half["wasted_cost_per_hour"] == pytest.approx(10.0)  # 4 GPUs wasted x $2.50
+    assert busy["wasted_cost_per_hour"] == pytest.approx(0.25)
+    assert doc["wasted_cost_per_hour"] == pytest.approx(10.25)
+    assert half["power_watts"] == pytest.approx(2400.0)
+    assert half["engines"][0]["energy_per_token_joules"] == 0.25
+    with serve(canned) as url:
+        monkeypatch.setenv("HEADROOM_GPU_HOUR_PRICE", "2.5")
+        rc, out, _ = fleet(capsys, url)
+    assert rc == 0
+    assert "$10.25 an hour at $2.50/GPU-hour" in out.splitlines()[0]
+    row = next(line for line in out.splitlines() if line.startswith("half-idle"))
+    assert "$10.00" in row and "2400 W" in row and "0.250" in row
+    # Without a price: the GPUs, no money.
+    monkeypatch.delenv("HEADROOM_GPU_HOUR_PRICE")
+    doc = fleet_json(capsys, canned)
+    assert doc["hosts"][0]["wasted_cost_per_hour"] is None

@@ -99,3 +99,24 @@ def test_host_screen(snap_compare, utc: None) -> None:  # type: ignore[no-untype
     fleet = read_once(canned_fleet())
     app = FleetApp(lambda: fleet, autostart=False, source="http://prometheus:9090")
     assert snap_compare(app, terminal_size=(100, 24), press=["down", "enter"])
+
+
+async def test_with_a_price_the_fleet_screen_shows_the_waste_in_money() -> None:
+    canned = canned_fleet()
+    host(canned, "gpu-20:9402", [0.5, 0.5], watts=350.0)
+    with serve(canned) as url, PromQL(url) as client:
+        app = FleetApp(lambda: read_fleet(client).priced(2.0), every=60, source=url)
+        async with app.run_test(size=(140, 30)) as pilot:
+            while app.fleet is None:
+                await pilot.pause(0.05)
+            await pilot.pause()
+            # gpu-07 wastes 3.83 GPUs: $7.66 an hour at $2.00; the fleet 5.68 GPUs.
+            assert "5.7 GPUs wasted ($11.36 an hour)" in app.status_line()
+            table = app.screen.query_one(DataTable)
+            rows = {str(table.get_row_at(i)[0]): table.get_row_at(i) for i in range(3)}
+            assert rows["gpu-07:9402"][-2] == "$7.66"
+            assert rows["gpu-20:9402"][-1] == "700 W"
+            assert table_hosts(app)[1] == "gpu-20:9402"
+            await pilot.press("down", "enter")
+            detail = str(app.screen.query_one("#host-detail", Static).render())
+            assert "wasted 1.0 GPU ($2.00 an hour), drawing 700 W" in detail

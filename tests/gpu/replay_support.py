@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,18 @@ from monitor.diagnosis import Diagnoser
 from monitor.pipeline import Monitor
 from monitor.recording import read_recording
 from monitor.sampler import Sampler
+
+# The idle part of the bill the idle and starved verdicts end with since issue 31 ("The GPUs
+# draw 82 W held idle (0.30 MJ an hour)."): recordings made before it lack the sentence.
+_BILL = re.compile(
+    r" (The GPUs|GPU \d+) draws? \d+ W( held idle)? \([\d.]+ MJ an hour[^)]*\)[^()]*?\."
+    r"(?=( \(held: [^()]*\))?$)"
+)
+
+
+def without_bill(summary: str) -> str:
+    """A verdict's summary as recordings made before the idle bill was said have it."""
+    return _BILL.sub("", summary)
 
 
 def replay_reports(path: Path, interval: float) -> tuple[dict[str, Any], ...]:

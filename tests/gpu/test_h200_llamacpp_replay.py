@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replay_support import replay_reports
+from replay_support import replay_reports, without_bill
 
 from loadgen.analysis import find_saturation, headroom_check, littles_law
 from loadgen.schema import StepResult
@@ -73,7 +73,7 @@ def snapshot(case: str) -> dict[str, Any]:
 def said(report: dict[str, Any]) -> list[tuple[Any, ...]]:
     """What each rule concluded: its cause, scope, confidence and summary, and the lead's fix.
 
-    A verdict shown under the lead shows at most the lead's confidence and its fix defers
+    The idle bill (issue 31) is said after what the run said. A verdict shown under the lead shows at most the lead's confidence and its fix defers
     to the lead's (display, after the run): the rule's own confidence is confidence_alone."""
     out = []
     for i, v in enumerate(report["verdicts"]):
@@ -81,7 +81,7 @@ def said(report: dict[str, Any]) -> list[tuple[Any, ...]]:
         confidence = v["confidence"] if alone is None else alone
         # The lead's fix as the run gave it; a what-if clause (issue 29) may follow it now.
         fix = v["fix"].split("; ")[0] if i == 0 else ""
-        out.append((v["cause"], v["scope"], confidence, v["summary"], fix))
+        out.append((v["cause"], v["scope"], confidence, without_bill(v["summary"]), fix))
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replay_support import replay_reports
+from replay_support import replay_reports, without_bill
 
 from monitor.diagnosis import diagnose
 from monitor.recording import read_recording
@@ -72,7 +72,10 @@ def top(report: Mapping[str, Any]) -> Mapping[str, Any]:
 def said(report: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """What a user reads of each verdict (evidence may gain figures without changing it)."""
     keys = ("cause", "scope", "confidence", "summary", "fix", "since")
-    return [tuple(v[k] for k in keys) for v in report["verdicts"]]
+    return [
+        tuple(without_bill(v[k]) if k == "summary" else v[k] for k in keys)
+        for v in report["verdicts"]
+    ]
 
 
 @pytest.mark.parametrize(("workload", "span"), CASES)

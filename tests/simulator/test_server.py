@@ -212,6 +212,9 @@ def test_gpu_metrics_are_dcgm_exporter_format(sim: SimHandle) -> None:
         assert sample.labels["modelName"] == "NVIDIA H100 80GB HBM3" and sample.labels["gpu"] == "0"
     util = fams["DCGM_FI_DEV_GPU_UTIL"].samples[0].value
     assert 0 <= util <= 100
+    # The board's energy since the simulator started, a counter in mJ as the driver's.
+    energy = fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+    assert energy.type == "counter" and energy.samples[0].value > 0
     for name in (
         "DCGM_FI_PROF_SM_ACTIVE",
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",

@@ -48,3 +48,23 @@ def test_histogram_buckets_are_less_or_equal() -> None:
         h.observe(v)
     assert h.cumulative() == [(1.0, 1), (2.0, 3), (float("inf"), 4)]
     assert (h.count, h.sum) == (4, 7.5)
+
+
+def test_energy_counter_is_idle_floor_plus_load_and_counts_only_up_to_now() -> None:
+    tl = GpuTimeline(origin=0.0)
+    # Half a second fully busy (tensor and DRAM too) from t=1, on a 100-700 W board.
+    tl.add(1.0, cost(0.5, 0.5, tensor=0.5, dram=0.5))
+    assert tl.energy_j(1.0, 100.0, 700.0) == pytest.approx(100.0)  # idle so far
+    # Half of the step lies before 1.25: a quarter second at full load.
+    assert tl.energy_j(1.25, 100.0, 700.0) == pytest.approx(125.0 + 600 * 0.25)
+    assert tl.energy_j(3.0, 100.0, 700.0) == pytest.approx(300.0 + 600 * 0.5)
+    # Past the window the activity keeps, the energy still counts it.
+    later = tl.energy_j(100.0, 100.0, 700.0)
+    assert later == pytest.approx(10_000.0 + 300.0)
+    # The mean power over a span agrees with the power the page serves for that span.
+    tl2 = GpuTimeline(origin=0.0)
+    for i in range(10):
+        tl2.add(i * 0.1, cost(0.05, 0.05, sm=0.045, tensor=0.01, dram=0.04))
+    a = tl2.activity(1.0, 1.0)
+    load = 0.3 * a.util + 0.4 * a.tensor_active + 0.3 * a.dram_active
+    assert tl2.energy_j(1.0, 100.0, 700.0) == pytest.approx(100.0 + 600.0 * load)

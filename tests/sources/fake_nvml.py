@@ -72,6 +72,9 @@ class FakeGpu:
     # a listed PID absent here runs none (the driver then keeps no sample for it).
     proc_util: dict[int, tuple[int, int]] = field(default_factory=dict)
     proc_util_supported: bool = True
+    # The driver's total energy counter (mJ since it loaded): grows by power x time as
+    # advance() lets time pass; None: the device has none (answers not supported).
+    energy_mj: int | None = 5_000_000
     # Simulation state.
     samples: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     gpm_seq: int = 0
@@ -151,6 +154,9 @@ class FakeNvml:
         """Let time pass: every device records one driver sample per 200 ms."""
         end = self.now_us + int(seconds * 1e6)
         t = self.now_us
+        for gpu in self._all():
+            if gpu.energy_mj is not None:
+                gpu.energy_mj += int(gpu.power_mw * seconds)
         while t + SAMPLE_PERIOD_US <= end:
             t += SAMPLE_PERIOD_US
             for gpu in self._all():
@@ -249,6 +255,13 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
         self._enter("nvmlDeviceGetPowerUsage", h)
         return h.power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetTotalEnergyConsumption", h)
+        # A MIG instance has no counter of its own (the GPU's counts all its instances).
+        if h.energy_mj is None or h.gpu_instance_id is not None:
+            raise pynvml.NVMLError_NotSupported()
+        return h.energy_mj
 
     def nvmlDeviceGetClockInfo(self, h: FakeGpu, kind: int) -> int:
         self._enter("nvmlDeviceGetClockInfo", h)

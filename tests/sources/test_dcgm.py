@@ -21,6 +21,7 @@ A100 = {
     113: 1410,
     150: 61,
     155: 382.5,
+    156: 7_200_000_000,
     164: 400.0,
     203: 100,
     204: 31,
@@ -103,7 +104,8 @@ def test_every_watched_field_id_is_dcgms(monkeypatch: pytest.MonkeyPatch) -> Non
     DcgmSource()
     watched = sorted(f for _, fields, _ in engine.watches for f in fields)
     # dcgm_fields.py: SM clock 100, clock-event reasons 112, max SM clock 113, GPU temp 150,
-    # power 155, enforced limit 164, GPU util 203, mem copy util 204, FB total 250, FB used 252,
+    # power 155, total energy 156, enforced limit 164, GPU util 203, mem copy util 204,
+    # FB total 250, FB used 252,
     # and the profiling fields 1002-1005, 1007-1012.
     assert watched == [
         100,
@@ -111,6 +113,7 @@ def test_every_watched_field_id_is_dcgms(monkeypatch: pytest.MonkeyPatch) -> Non
         113,
         150,
         155,
+        156,
         164,
         203,
         204,
@@ -173,3 +176,18 @@ def test_indices_and_close(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SourceUnavailable, match="has no GPU 5"):
         DcgmSource(indices=[5])
     assert engine.shutdowns == 2  # a failed start disconnects too
+
+
+def test_total_energy_counter_in_joules_marked_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = engine_with(("GPU-a", "NVIDIA A100-SXM4-80GB", A100))
+    install(monkeypatch, engine)
+    (g,) = DcgmSource().read().gpus
+    assert g.energy_joules == pytest.approx(7_200_000.0)  # 156 is mJ since driver load
+    assert g.energy_source == "counter"
+
+
+def test_no_energy_field_is_none_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = engine_with(("GPU-a", "NVIDIA A100", {k: v for k, v in A100.items() if k != 156}))
+    install(monkeypatch, engine)
+    (g,) = DcgmSource().read().gpus
+    assert g.energy_joules is None and g.energy_source is None

@@ -198,3 +198,16 @@ def test_garbled_pages_never_raise_out_of_the_parser(lines: list[str]) -> None:
         return
     for g in gpus:
         assert g.util is None or 0 <= g.util
+
+
+def test_total_energy_counter_mj_becomes_joules() -> None:
+    g = _one(DCGM_46 + f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{LABELS}}} 123456789\n")
+    assert g.energy_joules == pytest.approx(123456.789) and g.energy_source == "counter"
+    assert _one(DCGM_46).energy_joules is None  # not published: unknown, not 0
+    # As dcgm-exporter types it (default-counters.csv: counter).
+    typed = (
+        "# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n"
+        "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"
+        f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{LABELS}}} 2000\n"
+    )
+    assert _one(DCGM_46 + typed).energy_joules == pytest.approx(2.0)

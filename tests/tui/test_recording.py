@@ -47,6 +47,13 @@ def test_round_trip_keeps_none_throttle_reasons_and_labels() -> None:
     assert back.gpus[0].util is None
 
 
+def test_round_trip_keeps_the_energy_counter_and_where_it_comes_from() -> None:
+    for source in ("counter", "power"):
+        g = GpuSample(0, "u", "n", "nvml", energy_joules=123456.5, energy_source=source)
+        snap = Snapshot(t=1.0, wall=2.0, gpus=(g,))
+        assert snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(snap)))) == snap
+
+
 def test_round_trip_keeps_the_gpu_processes_and_the_mig_instance() -> None:
     procs = (
         GpuProcess(529, 2**30, 0.36, 0.08, "root", "python workloads.py matmul"),
