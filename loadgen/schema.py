@@ -55,6 +55,13 @@ class WorkerConfig(BaseModel):
     # spans to be joined with it (loadgen.otlp).
     trace_context: bool = False
 
+    @property
+    def shares_prefixes(self) -> bool:
+        """Prompts that may begin alike: shared prefixes, conversations' history, a trace's
+        hash ids, a file's prompts come round again. Uniform synthetic prompts do not, and
+        their prefix-cache hit rate of 0% says nothing about the cache."""
+        return bool(self.prefix_tokens or self.turns > 1 or self.trace_file or self.prompts_file)
+
 
 class SweepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -273,6 +280,19 @@ class EnvironmentInfo(BaseModel):
     ended: float | None = None
 
 
+class Before(BaseModel):
+    """The engine as the sweep found it, before sending anything: other traffic's load."""
+
+    running_mean: float | None = None
+    waiting_mean: float | None = None
+    waiting_p50: float | None = None
+    verdict: str | None = None
+    # Requests already waited for room (waiting through at least half the readings):
+    # every step's requests queue behind them, and the sweep measures what room is left.
+    saturated: bool = False
+    summary: str = ""
+
+
 class SweepResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
     config: SweepConfig
@@ -280,6 +300,9 @@ class SweepResult(BaseModel):
     steps: list[StepResult]
     saturation: Saturation
     goodput: Goodput | None = None
-    stopped: str  # "complete", "saturated-by-errors", "interrupted", "error: ..."
+    # "complete", "saturated-by-errors", "saturated-before" (other traffic already saturated
+    # the box and a step finished no request behind it), "interrupted", "error: ..."
+    stopped: str
     notes: list[str] = Field(default_factory=list)
     headroom_check: HeadroomCheck | None = None
+    before: Before | None = None

@@ -24,7 +24,14 @@ from loadgen.outputs import jsonl
 from loadgen.plan import AdaptivePlan, FixedPlan
 from loadgen.progress import Progress
 from loadgen.records import RequestRecord
-from loadgen.schema import EnvironmentInfo, GpuActivity, StepResult, SweepConfig, SweepResult
+from loadgen.schema import (
+    Before,
+    EnvironmentInfo,
+    GpuActivity,
+    StepResult,
+    SweepConfig,
+    SweepResult,
+)
 from loadgen.stall import StallProbe
 from loadgen.stats import client_cpu, client_stats, rate_rse
 from loadgen.trace import TraceEntry, load_trace, mean_rate, span_s
@@ -79,9 +86,12 @@ def build_sampler(cfg: SweepConfig, nvml: bool = False) -> tuple[Sampler, list[s
     from monitor.sources.build import build_sources
 
     urls = [cfg.vllm_metrics] if cfg.vllm_metrics else []
+    # No GPU source asked for: a dcgm-exporter page beside the engine is read where there is
+    # one (`headroom sim` serves its simulated GPU at /gpu/metrics).
     sources, notes = build_sources(
-        vllm_urls=urls, dcgm_exporter_url=cfg.dcgm_exporter, nvml=nvml, engine=cfg.engine
-    )
+        vllm_urls=urls, dcgm_exporter_url=cfg.dcgm_exporter, nvml=nvml, engine=cfg.engine,
+        find_gpu_page=not nvml,
+    )  # fmt: skip
     return Sampler(sources, interval=cfg.sample_interval_s), list(notes)
 
 
@@ -101,6 +111,7 @@ class Sweep:
         self.out = out_dir
         self.sampler = sampler
         self.progress = progress or Progress(quiet=True)
+        self.progress.prefixes = config.worker.shares_prefixes
         self.resume = resume
         self.argv = argv or []
         self.notes = list(notes or [])
@@ -122,6 +133,7 @@ class Sweep:
         self._speed_of = {mean_rate(self.trace) * x: x for x in (config.speeds or [1.0])}
         self.traces: TraceReceiver | None = None
         self._spans_said = False
+        self.before: Before | None = None
 
     # -- plan --------------------------------------------------------------------------------
     def _plan(self) -> FixedPlan | AdaptivePlan:
@@ -313,6 +325,16 @@ class Sweep:
             )
         if reasons:
             invalid.append("client-limited: " + "; ".join(reasons))
+        if cs.requests_completed == 0 and cs.requests_failed == 0 and cs.output_tokens_per_s == 0:
+            invalid.append(
+                f"nothing came back in the hold ({cs.in_flight_mean:.0f} in flight, no request "
+                "finished, no token arrived): "
+                + (
+                    "they waited behind other requests at the engine"
+                    if ev is not None and (ev.waiting_p50 or 0.0) >= analysis.QUEUE_MIN
+                    else f"hold longer than a first token takes (--step-seconds, now {c.step_seconds:g})"
+                )
+            )
         started = cs.requests_started
         e = ev or EngineView(gpu=GpuActivity())
         p_off = _off(cs.served_prompt_mean, cs.requested_prompt_mean)
@@ -454,6 +476,7 @@ class Sweep:
         if self.sampler is not None:
             self.sampler.load_provider = self._load_figures
             self.sampler.start()
+        since = time.monotonic()
         stopped = "complete"
         error: HeadroomError | None = None
         self.probe.start()
@@ -465,6 +488,7 @@ class Sweep:
                     f"listening for the engine's request spans at {self.traces.endpoint}"
                 )
             self.driver.start()
+            self.before = self._read_before(since)
             index = max((s.index for s in self.steps), default=-1) + 1
             while True:
                 x = plan.next(self.steps)
@@ -499,6 +523,19 @@ class Sweep:
                 if step.error_ratio > c.error_threshold:
                     stopped = "saturated-by-errors"
                     break
+                if (
+                    self.before is not None
+                    and self.before.saturated
+                    and analysis.measured_nothing(step)
+                ):
+                    # Its requests still wait behind the other traffic: more load only
+                    # queues more of them, and every step after would measure nothing too.
+                    self.progress.message(
+                        f"step {step.index}: nothing came back from behind the other traffic; "
+                        "stopping (the box is already saturated)"
+                    )
+                    stopped = "saturated-before"
+                    break
         except KeyboardInterrupt:
             stopped = "interrupted"
         except HeadroomError as exc:
@@ -520,6 +557,56 @@ class Sweep:
         if error is not None:
             raise error
         return result
+
+    def _read_before(self, since: float) -> Before | None:
+        """The engine before the first step: what other traffic already holds there.
+
+        Read from the ticks since the sampler started (the load generator starting up sends
+        nothing); a box whose requests already wait for room is said at once, as a warning,
+        and kept for the verdict: each step's requests queue behind that traffic."""
+        if self.sampler is None:
+            return None
+        interval = self.cfg.sample_interval_s
+        deadline = time.monotonic() + 3 * interval + 2.0
+        while time.monotonic() < deadline:
+            if sum(1 for s in self.sampler.snapshots() if s.t >= since) >= 3:
+                break
+            time.sleep(0.05)
+        window = compute_window(self.sampler.snapshots(), since, time.monotonic())
+        ev = engine_view(window) if window is not None else None
+        if ev is None or ev.running_mean is None:
+            return None
+        waiting = ev.waiting_p50 if ev.waiting_p50 is not None else ev.waiting_mean
+        saturated = (waiting or 0.0) >= analysis.QUEUE_MIN
+        running = f"{ev.running_mean:.0f} running, {ev.waiting_mean or 0.0:.0f} waiting"
+        if saturated:
+            summary = (
+                f"the box is already saturated by other traffic: {running} before the sweep "
+                f"sent anything ({ev.verdict or 'cause unknown'}); every step's requests queue "
+                "behind it, so the steps measure what room is left, not the box"
+            )
+        elif ev.running_mean >= 0.5:
+            summary = (
+                f"other traffic on the box: {running} before the sweep sent anything; the "
+                "steps measure the room left beside it"
+            )
+        else:
+            summary = ""
+        before = Before(
+            running_mean=_r(ev.running_mean, 3),
+            waiting_mean=_r(ev.waiting_mean, 3),
+            waiting_p50=_r(ev.waiting_p50, 3),
+            verdict=ev.verdict,
+            saturated=saturated,
+            summary=summary,
+        )
+        if summary:
+            word = "warning" if saturated else "note"
+            self.progress.message(f"{word}: {summary}")
+            self.notes.append(f"{word}: {summary}")
+        # At once, for a view following the sweep's files (the demo's sweep screen).
+        (self.out / "before.json").write_text(before.model_dump_json(), encoding="utf-8")
+        return before
 
     def _load_figures(self) -> tuple[tuple[str, float], ...]:
         d = self.driver
@@ -545,6 +632,7 @@ class Sweep:
             stopped=stopped,
             notes=self.notes,
             headroom_check=analysis.headroom_check(self.steps, saturation),
+            before=self.before,
         )
 
 

@@ -348,6 +348,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         progress.message(f"saturation {sat.reason}")
+    if result.before is not None and result.before.saturated:
+        # Said again with the verdict it qualifies: the warning at the start may have scrolled.
+        progress.message(f"warning: {result.before.summary}")
     hc = result.headroom_check
     if hc is not None:
         est, meas = hc.in_mode(cfg.mode == "closed")
@@ -366,4 +369,5 @@ def run(args: argparse.Namespace) -> int:
             else f"goodput: {g.reason}"
         )
     progress.message(f"wrote {Path(args.out) / 'sweep.json'} and report.html ({result.stopped})")
-    return 0 if result.stopped in ("complete", "saturated-by-errors", "interrupted") else 1
+    ok = ("complete", "saturated-by-errors", "saturated-before", "interrupted")
+    return 0 if result.stopped in ok else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -597,6 +598,11 @@ def draw_sweep(state: SweepState | None, width: int) -> Text:
     if state.error and not state.steps:
         text.append(f"{state.error}\n", style="dim")
         return text
+    before = state.before or {}
+    if before.get("saturated"):
+        # First, before any figure: every step below queues behind this traffic.
+        for line in textwrap.wrap(f"warning: {before.get('summary')}", max(20, width)):
+            text.append(line + "\n", style="bold")
     sat: Mapping[str, Any] | None = state.saturation
     mark = None
     if sat and sat.get("reached"):
@@ -605,10 +611,19 @@ def draw_sweep(state: SweepState | None, width: int) -> Text:
         text.append(
             f"at {fmt.num(mark, 'g')} ({fmt.si(sat.get('output_tokens_per_s'))} tok/s, "
             f"{fmt.num(sat.get('requests_per_s'), '.3g')} req/s), cause {sat.get('cause') or '-'}"
-            f" · {sat.get('reason', '')}\n"
+            f" · {sat.get('reason', '')}"
+            + (
+                " · measured behind other traffic (see the warning)"
+                if before.get("saturated")
+                else ""
+            )
+            + "\n"
         )
     elif sat:
-        text.append(f"saturation: not reached · {sat.get('reason', '')}\n", style="bold")
+        # The reason says "not reached: ..." or "not measured: ..." itself.
+        reason = str(sat.get("reason") or "")
+        head = "saturation: " if reason.startswith("not ") else "saturation: not reached · "
+        text.append(fmt.clip(head + reason, width) + "\n", style="bold")
     else:
         text.append("saturation: not found yet\n", style="dim")
     text.append("\n")
@@ -616,8 +631,11 @@ def draw_sweep(state: SweepState | None, width: int) -> Text:
     text.append(hdr + "\n", style="bold")
     for s in state.steps:
         flag = "" if s.get("valid", True) else f"  INVALID: {s.get('invalid_reason')}"
+        # None finished in the hold (streams longer than it): a dash, not a rate of zero.
+        done = s.get("requests_completed")
+        rps = "-" if done == 0 else fmt.num(s.get("requests_per_s"), ".3g")
         row = (
-            f"{s.get('index', 0):>4} {fmt.num(load_of(s), 'g'):>7} {fmt.num(s.get('requests_per_s'), '.3g'):>8} "
+            f"{s.get('index', 0):>4} {fmt.num(load_of(s), 'g'):>7} {rps:>8} "
             f"{fmt.si(s.get('output_tokens_per_s')):>8} {fmt.seconds(s.get('ttft_p95_s')):>9} "
             f"{fmt.seconds(s.get('e2e_p50_s')):>9} {fmt.num(s.get('running_mean'), '.1f'):>6} "
             f"{fmt.num(s.get('waiting_mean'), '.1f'):>6}  {s.get('verdict') or '-'}{flag}"
