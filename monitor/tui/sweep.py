@@ -92,6 +92,21 @@ def load_of(step: Mapping[str, Any]) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
+def effective(steps: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One step per load, the one the analysis reads (loadgen.analysis.effective_steps): the
+    last valid measurement, else the last; a freeze's steps and those that measured nothing
+    left out. A load measured again after a freeze is one point, not two."""
+    by_load: dict[float, Mapping[str, Any]] = {}
+    for s in sorted(steps, key=lambda s: s.get("index", 0)):
+        x = load_of(s)
+        if x is None or s.get("stalled") or measured_nothing(s):
+            continue
+        prev = by_load.get(x)
+        if prev is None or s.get("valid", True) or not prev.get("valid", True):
+            by_load[x] = s
+    return [by_load[x] for x in sorted(by_load)]
+
+
 def chart(
     steps: Sequence[Mapping[str, Any]],
     key: str,
@@ -101,15 +116,16 @@ def chart(
 ) -> list[str]:
     """A small scatter of ``key`` against load (log2 x axis when the steps double).
 
-    Each step is a ``*``; the saturation step, when known, an ``S``. Steps in which no
-    nothing came back are not drawn: they measured nothing.
+    Each load is a ``*``, its step as the analysis reads it (``effective``: a load measured
+    again after a freeze is one point, a step where nothing came back none); the
+    saturation step, when known, an ``S``.
     """
     if not steps:
         return ["(no steps yet)"]
-    pts = [(load_of(s), s.get(key)) for s in steps if not measured_nothing(s)]
+    pts = [(load_of(s), s.get(key)) for s in effective(steps)]
     pts = [(x, float(y)) for x, y in pts if x is not None and x > 0 and isinstance(y, (int, float))]
     if not pts:
-        return ["(no step has this figure yet: none finished a request in its hold)"]
+        return ["(no step has this figure: none finished a request in its hold)"]
     if width < 10 or height < 3:
         return ["(too narrow to draw)"]
     xs = [math.log2(x) for x, _ in pts]
