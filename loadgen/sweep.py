@@ -28,6 +28,7 @@ from loadgen.schema import (
     Before,
     EnvironmentInfo,
     GpuActivity,
+    Saturation,
     StepResult,
     SweepConfig,
     SweepResult,
@@ -623,6 +624,18 @@ class Sweep:
     def result(self, env: EnvironmentInfo, stopped: str) -> SweepResult:
         c = self.cfg
         saturation = analysis.find_saturation(self.steps, c.gain_threshold, c.error_threshold)
+        b = self.before
+        if b is not None and b.saturated:
+            # The box had no room before the first step: its requests queue behind the other
+            # traffic whatever the load, so a knee read from the steps (queues, a curve that
+            # grows as the sweep's share of the box grows) would name a load that means nothing.
+            saturation = Saturation(
+                reached=True,
+                cause=b.verdict,
+                reason=f"other traffic already held the box at its limit "
+                f"({b.running_mean or 0:.0f} running, {b.waiting_mean or 0:.0f} waiting); each "
+                "step's requests queued behind it, so no load measured is a saturation point",
+            )
         return SweepResult(
             config=c,
             environment=env,

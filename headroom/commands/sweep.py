@@ -344,13 +344,12 @@ def run(args: argparse.Namespace) -> int:
             f"saturation at {unit} {load:g}: {sat.output_tokens_per_s or 0:.1f} tok/s, "
             f"cause {sat.cause or 'unknown'}{cap}{knee_note(result, load)}"
             if load is not None
+            else f"saturated before the sweep, cause {sat.cause or 'unknown'}: {sat.reason}"
+            if result.before is not None and result.before.saturated
             else f"saturated: {sat.reason}"
         )
     else:
         progress.message(f"saturation {sat.reason}")
-    if result.before is not None and result.before.saturated:
-        # Said again with the verdict it qualifies: the warning at the start may have scrolled.
-        progress.message(f"warning: {result.before.summary}")
     hc = result.headroom_check
     if hc is not None:
         est, meas = hc.in_mode(cfg.mode == "closed")

@@ -101,7 +101,12 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
     ]
     if result.before is not None and result.before.saturated:
         parts.append(f"<p class='bad'><b>Warning:</b> {_e(result.before.summary)}.</p>")
-    if sat.reached:
+    if sat.reached and sat_load is None and result.before is not None and result.before.saturated:
+        parts.append(
+            f"<p><b>Saturated</b> before the sweep. <b>Limiting cause:</b> "
+            f"{_e(sat.cause or 'unknown')}.<br>{_e(sat.reason)}</p>"
+        )
+    elif sat.reached:
         at = next((s for s in result.steps if s.index == sat.step_index), None)
         rps = (
             ""

@@ -616,11 +616,10 @@ def draw_sweep(state: SweepState | None, width: int) -> Text:
             f"saturation: at {fmt.num(mark, 'g')} ({fmt.si(sat.get('output_tokens_per_s'))} tok/s, "
             f"{fmt.num(sat.get('requests_per_s'), '.3g')} req/s), cause {sat.get('cause') or '-'}"
             f" · {sat.get('reason', '')}"
-            + (
-                " · measured behind other traffic (see the warning)"
-                if before.get("saturated")
-                else ""
-            )
+            if mark is not None or not before.get("saturated")
+            # No load of the sweep's: the box was saturated before it.
+            else f"saturation: before the sweep, cause {sat.get('cause') or '-'} · "
+            f"{sat.get('reason', '')}"
         )
         for part in textwrap.wrap(line, wrap, subsequent_indent="  "):
             text.append(part + "\n")

@@ -186,8 +186,9 @@ def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_not
 ) -> None:
     """The seq-cap box with its own load on (8 running, 24 waiting), as in the demo: the
     sweep warns before its first step, a step in which nothing came back is not valid,
-    and the sweep stops there instead of stepping on through holds that measure nothing
-    (it read 0 req/s, 0 tok/s, valid, at every load and "saturation at 1, cause seq-cap")."""
+    the sweep stops there instead of stepping on through holds that measure nothing, and
+    the verdict is the box's, not a load's (it read 0 req/s, 0 tok/s, valid, at every load
+    and "saturation at 1 (0 tok/s), cause seq-cap")."""
     h = simulator.start_sim(scenario="seq-cap", port=0, load=True)
     try:
         out = tmp_path / "b"
@@ -210,8 +211,11 @@ def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_not
     s = r["steps"][0]
     assert s["requests_completed"] == 0 and not s["valid"]
     assert "nothing came back in the hold" in s["invalid_reason"]
+    # The verdict: saturated before the sweep, by what the engine showed then; no load of the
+    # sweep's named as the saturation point.
     sat = r["saturation"]
-    assert not sat["reached"] and sat["concurrency"] is None and sat["cause"] is None, sat
-    # The verdict carries the warning again, on the console and in the report.
-    assert "already saturated by other traffic" in lines[-2] + lines[-3]
-    assert "already saturated by other traffic" in (out / "report.html").read_text()
+    assert sat["reached"] and sat["concurrency"] is None and sat["cause"] == "seq-cap", sat
+    assert "other traffic already held the box at its limit" in sat["reason"]
+    assert lines[-2].startswith("saturated before the sweep, cause seq-cap: other traffic"), err
+    report = (out / "report.html").read_text()
+    assert "already saturated by other traffic" in report and "before the sweep" in report
