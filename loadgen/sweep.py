@@ -626,16 +626,7 @@ class Sweep:
         saturation = analysis.find_saturation(self.steps, c.gain_threshold, c.error_threshold)
         b = self.before
         if b is not None and b.saturated:
-            # The box had no room before the first step: its requests queue behind the other
-            # traffic whatever the load, so a knee read from the steps (queues, a curve that
-            # grows as the sweep's share of the box grows) would name a load that means nothing.
-            saturation = Saturation(
-                reached=True,
-                cause=b.verdict,
-                reason=f"other traffic already held the box at its limit "
-                f"({b.running_mean or 0:.0f} running, {b.waiting_mean or 0:.0f} waiting); each "
-                "step's requests queued behind it, so no load measured is a saturation point",
-            )
+            saturation = _saturated_before(b, analysis.effective_steps(self.steps))
         return SweepResult(
             config=c,
             environment=env,
@@ -647,6 +638,34 @@ class Sweep:
             headroom_check=analysis.headroom_check(self.steps, saturation),
             before=self.before,
         )
+
+
+def _saturated_before(b: Before, measured: list[StepResult]) -> Saturation:
+    """The verdict on a box whose requests already waited before the sweep: the box's, not a
+    load's. Its queue holds every step's requests from the first, so a knee read from the
+    steps (queues, a curve that grows as the sweep's share of the box grows) would name a
+    load that means nothing; what the steps did show is said beside it."""
+    held = (
+        f"other traffic already held the box at its limit ({b.running_mean or 0:.0f} running, "
+        f"{b.waiting_mean or 0:.0f} waiting)"
+    )
+    if not measured:
+        why = f"{held}: nothing came back to the sweep"
+    else:
+        lo, hi = measured[0], measured[-1]
+        ttft = (
+            f" (TTFT p95 {lo.ttft_p95_s:.3g} s at {analysis.load_of(lo):g}, "
+            f"{hi.ttft_p95_s:.3g} s at {analysis.load_of(hi):g})"
+            if lo.ttft_p95_s is not None and hi.ttft_p95_s is not None and lo is not hi
+            else ""
+        )
+        top = max(measured, key=lambda s: s.output_tokens_per_s)
+        why = (
+            f"{held}: the sweep's requests queued behind it from the first step{ttft}; its own "
+            f"throughput still reached {top.output_tokens_per_s:.0f} tok/s at "
+            f"{analysis.load_of(top):g}, room bought with that queueing"
+        )
+    return Saturation(reached=True, cause=b.verdict, reason=why)
 
 
 # Time outside the engine worth a word: this share of the client's TTFT, and at least this long

@@ -216,6 +216,7 @@ def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_not
     sat = r["saturation"]
     assert sat["reached"] and sat["concurrency"] is None and sat["cause"] == "seq-cap", sat
     assert "other traffic already held the box at its limit" in sat["reason"]
+    assert sat["reason"].endswith("nothing came back to the sweep"), sat
     assert lines[-2].startswith("saturated before the sweep, cause seq-cap: other traffic"), err
     report = (out / "report.html").read_text()
     assert "already saturated by other traffic" in report and "before the sweep" in report
