@@ -286,9 +286,10 @@ class Before(BaseModel):
     running_mean: float | None = None
     waiting_mean: float | None = None
     waiting_p50: float | None = None
+    seq_cap: float | None = None  # the sequence cap the engine reports, where it does
     verdict: str | None = None
-    # Requests already waited for room (waiting through at least half the readings):
-    # every step's requests queue behind them, and the sweep measures what room is left.
+    # Requests already waited for room (waiting through at least half the readings), or ran
+    # at the engine's sequence cap: every step's requests queue behind them.
     saturated: bool = False
     summary: str = ""
 

@@ -246,7 +246,9 @@ class Sweep:
                 why = f"this machine froze {lost:.1f} s during the hold"
                 update["valid"] = False
                 update["stalled"] = True
-                update["invalid_reason"] = "; ".join(x for x in (step.invalid_reason, why) if x)
+                # A hold the machine froze through is why nothing came back, if nothing did.
+                earlier = None if analysis.measured_nothing(step) else step.invalid_reason
+                update["invalid_reason"] = "; ".join(x for x in (earlier, why) if x)
             step = step.model_copy(update=update)
         return step
 
@@ -578,8 +580,17 @@ class Sweep:
         if ev is None or ev.running_mean is None:
             return None
         waiting = ev.waiting_p50 if ev.waiting_p50 is not None else ev.waiting_mean
-        saturated = (waiting or 0.0) >= analysis.QUEUE_MIN
-        running = f"{ev.running_mean:.0f} running, {ev.waiting_mean or 0.0:.0f} waiting"
+        # Running at the sequence cap the engine reports is as full as a queue: the next
+        # request waits (the demo's memory-bound box: 256 running of 256, none waiting).
+        caps = [e.reported_max_num_seqs or e.seq_cap_reported for e in window.engines]
+        cap = sum(caps) if caps and all(caps) else None  # type: ignore[arg-type]
+        at_cap = cap is not None and ev.running_mean >= cap - 0.5
+        saturated = (waiting or 0.0) >= analysis.QUEUE_MIN or at_cap
+        running = (
+            f"{ev.running_mean:.0f} running"
+            + (f" (its cap {cap:g})" if at_cap else "")
+            + f", {ev.waiting_mean or 0.0:.0f} waiting"
+        )
         if saturated:
             summary = (
                 f"the box is already saturated by other traffic: {running} before the sweep "
@@ -597,6 +608,7 @@ class Sweep:
             running_mean=_r(ev.running_mean, 3),
             waiting_mean=_r(ev.waiting_mean, 3),
             waiting_p50=_r(ev.waiting_p50, 3),
+            seq_cap=cap,
             verdict=ev.verdict,
             saturated=saturated,
             summary=summary,
@@ -645,9 +657,11 @@ def _saturated_before(b: Before, measured: list[StepResult]) -> Saturation:
     load's. Its queue holds every step's requests from the first, so a knee read from the
     steps (queues, a curve that grows as the sweep's share of the box grows) would name a
     load that means nothing; what the steps did show is said beside it."""
+    at_cap = b.seq_cap is not None and (b.running_mean or 0) >= b.seq_cap - 0.5
     held = (
-        f"other traffic already held the box at its limit ({b.running_mean or 0:.0f} running, "
-        f"{b.waiting_mean or 0:.0f} waiting)"
+        f"other traffic already held the box at its limit ({b.running_mean or 0:.0f} running"
+        + (f" of {b.seq_cap:g}" if at_cap else "")
+        + f", {b.waiting_mean or 0:.0f} waiting)"
     )
     if not measured:
         why = f"{held}: nothing came back to the sweep"
@@ -661,11 +675,15 @@ def _saturated_before(b: Before, measured: list[StepResult]) -> Saturation:
         )
         top = max(measured, key=lambda s: s.output_tokens_per_s)
         why = (
-            f"{held}: the sweep's requests queued behind it from the first step{ttft}; its own "
-            f"throughput still reached {top.output_tokens_per_s:.0f} tok/s at "
-            f"{analysis.load_of(top):g}, room bought with that queueing"
+            f"{held}: the sweep's requests queued behind it from the first step{ttft}; they "
+            f"got {top.output_tokens_per_s:.0f} tok/s at {analysis.load_of(top):g}, a share of "
+            "the box beside that traffic, not headroom"
         )
-    return Saturation(reached=True, cause=b.verdict, reason=why)
+    # At the sequence cap the next request waits for a slot, whatever the engine was doing
+    # with the ones it ran (the memory-bound box at 256 of 256 read memory-bound before the
+    # sweep, seq-cap at every step).
+    cause = "seq-cap" if at_cap and b.verdict not in analysis.CAP_CAUSES else b.verdict
+    return Saturation(reached=True, cause=cause, reason=why)
 
 
 # Time outside the engine worth a word: this share of the client's TTFT, and at least this long

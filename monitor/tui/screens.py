@@ -647,9 +647,11 @@ def draw_sweep(state: SweepState | None, width: int) -> Text:
         if s.get("valid", True):
             text.append(fmt.clip(row, width) + "\n")
             continue
-        # The reason under the row, whole: clipped at the row's end it lost its point.
-        text.append(fmt.clip(row + "  INVALID", width) + "\n")
-        for part in textwrap.wrap(str(s.get("invalid_reason") or ""), max(20, width - 6)):
+        # Why, whole, under the row: clipped at the row's end it lost its point (and at 80
+        # columns the word INVALID itself).
+        text.append(fmt.clip(row, width) + "\n")
+        why = f"INVALID: {s.get('invalid_reason') or 'no reason given'}"
+        for part in textwrap.wrap(why, max(20, width - 6)):
             text.append(" " * 6 + part + "\n", style="dim")
     chart_w = max(10, width - 12)
     if state.steps:
