@@ -220,3 +220,28 @@ def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_not
     assert lines[-2].startswith("saturated before the sweep, cause seq-cap: other traffic"), err
     report = (out / "report.html").read_text()
     assert "already saturated by other traffic" in report and "before the sweep" in report
+
+
+def test_a_box_running_at_its_sequence_cap_is_saturated_before_the_sweep(tmp_path, capsys) -> None:
+    """8 running of a reported cap of 8, none waiting (the demo's memory-bound box ran 256
+    of 256): the next request waits for a slot, so the box is full before the sweep. Its
+    requests still come back, as slots free: the steps are measurements, the verdict the box's."""
+    h = simulator.start_sim(scenario="seq-cap", port=0, load=True,
+                            config=FIXTURES / "seq-cap-full.toml")  # fmt: skip
+    try:
+        out = tmp_path / "c"
+        rc = main(["sweep", "--target", h.url, "--concurrency", "1", "--step-seconds", "3",
+                   "--warmup-seconds", "1", "--sample-interval", "0.5", "--output-tokens", "16",
+                   "--out", str(out)])  # fmt: skip
+    finally:
+        h.stop()
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "warning: the box is already saturated by other traffic: 8 running (its cap 8)" in err
+    r = json.loads((out / "sweep.json").read_text())
+    assert r["before"]["saturated"] and r["before"]["seq_cap"] == 8, r["before"]
+    step = r["steps"][0]
+    assert step["requests_completed"] > 0 and step["valid"], step
+    sat = r["saturation"]
+    assert sat["reached"] and sat["concurrency"] is None and sat["cause"] == "seq-cap", sat
+    assert "(8 running of 8, 0 waiting)" in sat["reason"] and "not headroom" in sat["reason"]
