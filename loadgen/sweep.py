@@ -636,9 +636,13 @@ class Sweep:
     def result(self, env: EnvironmentInfo, stopped: str) -> SweepResult:
         c = self.cfg
         saturation = analysis.find_saturation(self.steps, c.gain_threshold, c.error_threshold)
+        check = analysis.headroom_check(self.steps, saturation)
         b = self.before
         if b is not None and b.saturated:
             saturation = _saturated_before(b, analysis.effective_steps(self.steps))
+            # The first step's estimate is of the box with the other traffic in it, and
+            # there is no measured knee to hold it against.
+            check = None
         return SweepResult(
             config=c,
             environment=env,
@@ -647,7 +651,7 @@ class Sweep:
             goodput=analysis.find_goodput(self.steps, c.slos, c.error_threshold),
             stopped=stopped,
             notes=self.notes,
-            headroom_check=analysis.headroom_check(self.steps, saturation),
+            headroom_check=check,
             before=self.before,
         )
 

@@ -245,3 +245,4 @@ def test_a_box_running_at_its_sequence_cap_is_saturated_before_the_sweep(tmp_pat
     sat = r["saturation"]
     assert sat["reached"] and sat["concurrency"] is None and sat["cause"] == "seq-cap", sat
     assert "(8 running of 8, 0 waiting)" in sat["reason"] and "not headroom" in sat["reason"]
+    assert r["headroom_check"] is None and "headroom estimated" not in err
