@@ -293,6 +293,19 @@ class Before(BaseModel):
     saturated: bool = False
     summary: str = ""
 
+    @property
+    def at_cap(self) -> bool:
+        """Running at the sequence cap the engine reports: the next request waits for a slot."""
+        return self.seq_cap is not None and (self.running_mean or 0.0) >= self.seq_cap - 0.5
+
+    @property
+    def cause(self) -> str | None:
+        """Why the next request waits: at the sequence cap that is the cap, whatever the engine
+        was doing with what it ran (the memory-bound demo box, 256 of 256, read memory-bound
+        before a sweep and seq-cap at every step of it)."""
+        caps = ("seq-cap", "kv-cap", "token-cap")
+        return "seq-cap" if self.at_cap and self.verdict not in caps else self.verdict
+
 
 class SweepResult(BaseModel):
     schema_version: int = SCHEMA_VERSION

@@ -580,22 +580,27 @@ class Sweep:
         if ev is None or ev.running_mean is None:
             return None
         waiting = ev.waiting_p50 if ev.waiting_p50 is not None else ev.waiting_mean
+        caps = [e.reported_max_num_seqs or e.seq_cap_reported for e in window.engines]
+        before = Before(
+            running_mean=_r(ev.running_mean, 3),
+            waiting_mean=_r(ev.waiting_mean, 3),
+            waiting_p50=_r(ev.waiting_p50, 3),
+            seq_cap=sum(caps) if caps and all(caps) else None,  # type: ignore[arg-type]
+            verdict=ev.verdict,
+        )
         # Running at the sequence cap the engine reports is as full as a queue: the next
         # request waits (the demo's memory-bound box: 256 running of 256, none waiting).
-        caps = [e.reported_max_num_seqs or e.seq_cap_reported for e in window.engines]
-        cap = sum(caps) if caps and all(caps) else None  # type: ignore[arg-type]
-        at_cap = cap is not None and ev.running_mean >= cap - 0.5
-        saturated = (waiting or 0.0) >= analysis.QUEUE_MIN or at_cap
+        saturated = (waiting or 0.0) >= analysis.QUEUE_MIN or before.at_cap
         running = (
             f"{ev.running_mean:.0f} running"
-            + (f" (its cap {cap:g})" if at_cap else "")
+            + (f" (its cap {before.seq_cap:g})" if before.at_cap else "")
             + f", {ev.waiting_mean or 0.0:.0f} waiting"
         )
         if saturated:
             summary = (
                 f"the box is already saturated by other traffic: {running} before the sweep "
-                f"sent anything ({ev.verdict or 'cause unknown'}); every step's requests queue "
-                "behind it, so the steps measure what room is left, not the box"
+                f"sent anything ({before.cause or 'cause unknown'}); every step's requests "
+                "queue behind it, so the steps measure what room is left, not the box"
             )
         elif ev.running_mean >= 0.5:
             summary = (
@@ -604,15 +609,7 @@ class Sweep:
             )
         else:
             summary = ""
-        before = Before(
-            running_mean=_r(ev.running_mean, 3),
-            waiting_mean=_r(ev.waiting_mean, 3),
-            waiting_p50=_r(ev.waiting_p50, 3),
-            seq_cap=cap,
-            verdict=ev.verdict,
-            saturated=saturated,
-            summary=summary,
-        )
+        before = before.model_copy(update={"saturated": saturated, "summary": summary})
         if summary:
             word = "warning" if saturated else "note"
             self.progress.message(f"{word}: {summary}")
@@ -661,10 +658,9 @@ def _saturated_before(b: Before, measured: list[StepResult]) -> Saturation:
     load's. Its queue holds every step's requests from the first, so a knee read from the
     steps (queues, a curve that grows as the sweep's share of the box grows) would name a
     load that means nothing; what the steps did show is said beside it."""
-    at_cap = b.seq_cap is not None and (b.running_mean or 0) >= b.seq_cap - 0.5
     held = (
         f"other traffic already held the box at its limit ({b.running_mean or 0:.0f} running"
-        + (f" of {b.seq_cap:g}" if at_cap else "")
+        + (f" of {b.seq_cap:g}" if b.at_cap and b.seq_cap is not None else "")
         + f", {b.waiting_mean or 0:.0f} waiting)"
     )
     if not measured:
@@ -683,11 +679,7 @@ def _saturated_before(b: Before, measured: list[StepResult]) -> Saturation:
             f"got {top.output_tokens_per_s:.0f} tok/s at {analysis.load_of(top):g}, a share of "
             "the box beside that traffic, not headroom"
         )
-    # At the sequence cap the next request waits for a slot, whatever the engine was doing
-    # with the ones it ran (the memory-bound box at 256 of 256 read memory-bound before the
-    # sweep, seq-cap at every step).
-    cause = "seq-cap" if at_cap and b.verdict not in analysis.CAP_CAUSES else b.verdict
-    return Saturation(reached=True, cause=cause, reason=why)
+    return Saturation(reached=True, cause=b.cause, reason=why)
 
 
 # Time outside the engine worth a word: this share of the client's TTFT, and at least this long

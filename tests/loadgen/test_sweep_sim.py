@@ -238,6 +238,8 @@ def test_a_box_running_at_its_sequence_cap_is_saturated_before_the_sweep(tmp_pat
     err = capsys.readouterr().err
     assert rc == 0, err
     assert "warning: the box is already saturated by other traffic: 8 running (its cap 8)" in err
+    # The warning and the verdict name one cause: the cap, whatever the engine read before.
+    assert "before the sweep sent anything (seq-cap)" in err
     r = json.loads((out / "sweep.json").read_text())
     assert r["before"]["saturated"] and r["before"]["seq_cap"] == 8, r["before"]
     step = r["steps"][0]
