@@ -84,13 +84,23 @@ def load_of(step: StepResult) -> float:
     return float(step.concurrency if step.mode == "closed" else step.rate or 0.0)
 
 
+def measured_nothing(step: StepResult) -> bool:
+    """Nothing came back in the hold: no request finished, well or badly, and no token
+    arrived (requests queued behind others the whole hold). Streams that outlive the hold
+    still measure throughput by the tokens they deliver in it; these measure nothing."""
+    return (
+        step.requests_completed == 0 and step.requests_failed == 0 and step.output_tokens_per_s == 0
+    )
+
+
 def effective_steps(steps: Sequence[StepResult]) -> list[StepResult]:
     """One step per load, ordered by load: the last valid measurement, else the last one.
 
-    A load measured only while the machine froze is left out: its numbers describe the freeze."""
+    A load measured only while the machine froze is left out: its numbers describe the freeze;
+    so is a step in which nothing came back: it measured nothing."""
     by_load: dict[float, StepResult] = {}
     for s in sorted(steps, key=lambda s: s.index):
-        if s.stalled:
+        if s.stalled or measured_nothing(s):
             continue
         x = load_of(s)
         prev = by_load.get(x)
@@ -221,6 +231,12 @@ def find_saturation(
 ) -> Saturation:
     ordered = effective_steps(steps)
     if not ordered:
+        if any(measured_nothing(s) for s in steps):
+            return Saturation(
+                reached=False,
+                reason="not measured: nothing came back inside any step's hold (no request "
+                "finished, no token arrived: queued behind other traffic?)",
+            )
         return Saturation(reached=False, reason="no steps measured")
     failing = next((i for i, s in enumerate(ordered) if s.error_ratio > error_threshold), None)
     healthy = ordered if failing is None else ordered[:failing]
@@ -239,6 +255,17 @@ def find_saturation(
             f"{load_of(b):g}",
         )
     top = max(ordered, key=lambda s: s.output_tokens_per_s)
+    if len(ordered) == 1:
+        return Saturation(
+            reached=False,
+            concurrency=top.concurrency,
+            rate=top.rate,
+            output_tokens_per_s=top.output_tokens_per_s,
+            requests_per_s=top.requests_per_s,
+            step_index=top.index,
+            reason=f"not reached: one load measured ({load_of(top):g}); saturation shows "
+            "against a lighter or heavier load",
+        )
     return Saturation(
         reached=False,
         concurrency=top.concurrency,

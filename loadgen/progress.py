@@ -6,6 +6,7 @@ import sys
 import time
 from typing import TextIO
 
+from loadgen.analysis import measured_nothing
 from loadgen.schema import StepResult
 
 
@@ -32,6 +33,8 @@ class Progress:
         self.quiet = quiet
         self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._last_phase: tuple | None = None
+        # Whether the workload shares prefixes: without, a 0% prefix-cache hit rate is left out.
+        self.prefixes = True
         self._last_draw = 0.0
 
     def _write(self, text: str) -> None:
@@ -76,6 +79,8 @@ class Progress:
 
     def step_done(self, s: StepResult) -> None:
         flags = []
+        if measured_nothing(s):
+            flags.append("NOTHING CAME BACK: not a measurement")
         if not s.littles_law_ok and s.littles_law_ok is not None:
             flags.append(littles_words(s))
         if s.client_limited:
@@ -91,13 +96,19 @@ class Progress:
         if s.dataset_cycled:
             flags.append("dataset cycled")
         self.message(
-            f"step {s.index} {_load(s.concurrency, s.rate):<12} {s.requests_per_s:7.2f} req/s "
+            f"step {s.index} {_load(s.concurrency, s.rate):<12} {_rps(s):>7} req/s "
             f"{s.output_tokens_per_s:9.1f} tok/s  TTFT p50 {_f(s.ttft_p50_s, '.3f', ' s')}  "
             f"ITL p50 {_f(s.itl_p50_s, '.4f', ' s')}  run/wait {_f(s.running_mean, '.1f')}/"
             f"{_f(s.waiting_mean, '.1f')}  {s.verdict or '-'}"
-            + _extras(s)
+            + _extras(s, self.prefixes)
             + (f"  [{', '.join(flags)}]" if flags else "")
         )
+
+
+def _rps(s: StepResult) -> str:
+    """Requests finished per second; a dash where none finished in the hold (streams longer
+    than it): the rate is not zero, the hold could not see it."""
+    return "-" if s.requests_completed == 0 else f"{s.requests_per_s:.2f}"
 
 
 def _pct(x: float) -> str:
@@ -128,10 +139,10 @@ def energy_words(s: StepResult) -> str:
     return text
 
 
-def _extras(s: StepResult) -> str:
+def _extras(s: StepResult, prefixes: bool = True) -> str:
     """Figures a step has only with some kinds of traffic."""
     out = []
-    if s.prefix_cache_hit_rate is not None:
+    if s.prefix_cache_hit_rate is not None and (prefixes or s.prefix_cache_hit_rate > 0):
         out.append(f"prefix hits {100 * s.prefix_cache_hit_rate:.0f}%")
     if s.ttft_sched_p50_s is not None and s.sched_lag_p99_s is not None:
         out.append(f"TTFT from schedule p50 {s.ttft_sched_p50_s:.3f} s, lateness p99 "

@@ -55,6 +55,13 @@ class WorkerConfig(BaseModel):
     # spans to be joined with it (loadgen.otlp).
     trace_context: bool = False
 
+    @property
+    def shares_prefixes(self) -> bool:
+        """Prompts that may begin alike: shared prefixes, conversations' history, a trace's
+        hash ids, a file's prompts come round again. Uniform synthetic prompts do not, and
+        their prefix-cache hit rate of 0% says nothing about the cache."""
+        return bool(self.prefix_tokens or self.turns > 1 or self.trace_file or self.prompts_file)
+
 
 class SweepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -286,6 +293,33 @@ class EnvironmentInfo(BaseModel):
     ended: float | None = None
 
 
+class Before(BaseModel):
+    """The engine as the sweep found it, before sending anything: other traffic's load."""
+
+    running_mean: float | None = None
+    waiting_mean: float | None = None
+    waiting_p50: float | None = None
+    seq_cap: float | None = None  # the sequence cap the engine reports, where it does
+    verdict: str | None = None
+    # Requests already waited for room (waiting through at least half the readings), or ran
+    # at the engine's sequence cap: every step's requests queue behind them.
+    saturated: bool = False
+    summary: str = ""
+
+    @property
+    def at_cap(self) -> bool:
+        """Running at the sequence cap the engine reports: the next request waits for a slot."""
+        return self.seq_cap is not None and (self.running_mean or 0.0) >= self.seq_cap - 0.5
+
+    @property
+    def cause(self) -> str | None:
+        """Why the next request waits: at the sequence cap that is the cap, whatever the engine
+        was doing with what it ran (the memory-bound demo box, 256 of 256, read memory-bound
+        before a sweep and seq-cap at every step of it)."""
+        caps = ("seq-cap", "kv-cap", "token-cap")
+        return "seq-cap" if self.at_cap and self.verdict not in caps else self.verdict
+
+
 class SweepResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
     config: SweepConfig
@@ -293,6 +327,9 @@ class SweepResult(BaseModel):
     steps: list[StepResult]
     saturation: Saturation
     goodput: Goodput | None = None
-    stopped: str  # "complete", "saturated-by-errors", "interrupted", "error: ..."
+    # "complete", "saturated-by-errors", "saturated-before" (other traffic already saturated
+    # the box and a step finished no request behind it), "interrupted", "error: ..."
+    stopped: str
     notes: list[str] = Field(default_factory=list)
     headroom_check: HeadroomCheck | None = None
+    before: Before | None = None

@@ -25,7 +25,15 @@ from loadgen.outputs import jsonl
 from loadgen.plan import AdaptivePlan, FixedPlan
 from loadgen.progress import Progress
 from loadgen.records import RequestRecord
-from loadgen.schema import EnvironmentInfo, GpuActivity, StepResult, SweepConfig, SweepResult
+from loadgen.schema import (
+    Before,
+    EnvironmentInfo,
+    GpuActivity,
+    Saturation,
+    StepResult,
+    SweepConfig,
+    SweepResult,
+)
 from loadgen.stall import StallProbe
 from loadgen.stats import client_cpu, client_stats, rate_rse
 from loadgen.trace import TraceEntry, load_trace, mean_rate, span_s
@@ -81,9 +89,12 @@ def build_sampler(cfg: SweepConfig, nvml: bool = False) -> tuple[Sampler, list[s
     from monitor.sources.build import build_sources
 
     urls = [cfg.vllm_metrics] if cfg.vllm_metrics else []
+    # No GPU source asked for: a dcgm-exporter page beside the engine is read where there is
+    # one (`headroom sim` serves its simulated GPU at /gpu/metrics).
     sources, notes = build_sources(
-        vllm_urls=urls, dcgm_exporter_url=cfg.dcgm_exporter, nvml=nvml, engine=cfg.engine
-    )
+        vllm_urls=urls, dcgm_exporter_url=cfg.dcgm_exporter, nvml=nvml, engine=cfg.engine,
+        find_gpu_page=not nvml,
+    )  # fmt: skip
     return Sampler(sources, interval=cfg.sample_interval_s), list(notes)
 
 
@@ -103,6 +114,7 @@ class Sweep:
         self.out = out_dir
         self.sampler = sampler
         self.progress = progress or Progress(quiet=True)
+        self.progress.prefixes = config.worker.shares_prefixes
         self.resume = resume
         self.argv = argv or []
         self.notes = list(notes or [])
@@ -124,6 +136,7 @@ class Sweep:
         self._speed_of = {mean_rate(self.trace) * x: x for x in (config.speeds or [1.0])}
         self.traces: TraceReceiver | None = None
         self._spans_said = False
+        self.before: Before | None = None
 
     # -- plan --------------------------------------------------------------------------------
     def _plan(self) -> FixedPlan | AdaptivePlan:
@@ -235,7 +248,9 @@ class Sweep:
                 why = f"this machine froze {lost:.1f} s during the hold"
                 update["valid"] = False
                 update["stalled"] = True
-                update["invalid_reason"] = "; ".join(x for x in (step.invalid_reason, why) if x)
+                # A hold the machine froze through is why nothing came back, if nothing did.
+                earlier = None if analysis.measured_nothing(step) else step.invalid_reason
+                update["invalid_reason"] = "; ".join(x for x in (earlier, why) if x)
             step = step.model_copy(update=update)
         return step
 
@@ -315,6 +330,16 @@ class Sweep:
             )
         if reasons:
             invalid.append("client-limited: " + "; ".join(reasons))
+        if cs.requests_completed == 0 and cs.requests_failed == 0 and cs.output_tokens_per_s == 0:
+            invalid.append(
+                f"nothing came back in the hold ({cs.in_flight_mean:.0f} in flight, no request "
+                "finished, no token arrived): "
+                + (
+                    "they waited behind other requests at the engine"
+                    if ev is not None and (ev.waiting_p50 or 0.0) >= analysis.QUEUE_MIN
+                    else f"hold longer than a first token takes (--step-seconds, now {c.step_seconds:g})"
+                )
+            )
         started = cs.requests_started
         e = ev or EngineView(gpu=GpuActivity())
         p_off = _off(cs.served_prompt_mean, cs.requested_prompt_mean)
@@ -457,6 +482,7 @@ class Sweep:
         if self.sampler is not None:
             self.sampler.load_provider = self._load_figures
             self.sampler.start()
+        since = time.monotonic()
         stopped = "complete"
         error: HeadroomError | None = None
         self.probe.start()
@@ -468,6 +494,7 @@ class Sweep:
                     f"listening for the engine's request spans at {self.traces.endpoint}"
                 )
             self.driver.start()
+            self.before = self._read_before(since)
             index = max((s.index for s in self.steps), default=-1) + 1
             while True:
                 x = plan.next(self.steps)
@@ -502,6 +529,19 @@ class Sweep:
                 if step.error_ratio > c.error_threshold:
                     stopped = "saturated-by-errors"
                     break
+                if (
+                    self.before is not None
+                    and self.before.saturated
+                    and analysis.measured_nothing(step)
+                ):
+                    # Its requests still wait behind the other traffic: more load only
+                    # queues more of them, and every step after would measure nothing too.
+                    self.progress.message(
+                        f"step {step.index}: nothing came back from behind the other traffic; "
+                        "stopping (the box is already saturated)"
+                    )
+                    stopped = "saturated-before"
+                    break
         except KeyboardInterrupt:
             stopped = "interrupted"
         except HeadroomError as exc:
@@ -524,6 +564,63 @@ class Sweep:
             raise error
         return result
 
+    def _read_before(self, since: float) -> Before | None:
+        """The engine before the first step: what other traffic already holds there.
+
+        Read from the ticks since the sampler started (the load generator starting up sends
+        nothing); a box whose requests already wait for room is said at once, as a warning,
+        and kept for the verdict: each step's requests queue behind that traffic."""
+        if self.sampler is None:
+            return None
+        interval = self.cfg.sample_interval_s
+        deadline = time.monotonic() + 3 * interval + 2.0
+        while time.monotonic() < deadline:
+            if sum(1 for s in self.sampler.snapshots() if s.t >= since) >= 3:
+                break
+            time.sleep(0.05)
+        window = compute_window(self.sampler.snapshots(), since, time.monotonic())
+        ev = engine_view(window) if window is not None else None
+        if ev is None or ev.running_mean is None:
+            return None
+        waiting = ev.waiting_p50 if ev.waiting_p50 is not None else ev.waiting_mean
+        caps = [e.reported_max_num_seqs or e.seq_cap_reported for e in window.engines]
+        before = Before(
+            running_mean=_r(ev.running_mean, 3),
+            waiting_mean=_r(ev.waiting_mean, 3),
+            waiting_p50=_r(ev.waiting_p50, 3),
+            seq_cap=sum(caps) if caps and all(caps) else None,  # type: ignore[arg-type]
+            verdict=ev.verdict,
+        )
+        # Running at the sequence cap the engine reports is as full as a queue: the next
+        # request waits (the demo's memory-bound box: 256 running of 256, none waiting).
+        saturated = (waiting or 0.0) >= analysis.QUEUE_MIN or before.at_cap
+        running = (
+            f"{ev.running_mean:.0f} running"
+            + (f" (its cap {before.seq_cap:g})" if before.at_cap else "")
+            + f", {ev.waiting_mean or 0.0:.0f} waiting"
+        )
+        if saturated:
+            summary = (
+                f"the box is already saturated by other traffic: {running} before the sweep "
+                f"sent anything ({before.cause or 'cause unknown'}); every step's requests "
+                "queue behind it, so the steps measure what room is left, not the box"
+            )
+        elif ev.running_mean >= 0.5:
+            summary = (
+                f"other traffic on the box: {running} before the sweep sent anything; the "
+                "steps measure the room left beside it"
+            )
+        else:
+            summary = ""
+        before = before.model_copy(update={"saturated": saturated, "summary": summary})
+        if summary:
+            word = "warning" if saturated else "note"
+            self.progress.message(f"{word}: {summary}")
+            self.notes.append(f"{word}: {summary}")
+        # At once, for a view following the sweep's files (the demo's sweep screen).
+        (self.out / "before.json").write_text(before.model_dump_json(), encoding="utf-8")
+        return before
+
     def _load_figures(self) -> tuple[tuple[str, float], ...]:
         d = self.driver
         if d is None:
@@ -539,6 +636,13 @@ class Sweep:
     def result(self, env: EnvironmentInfo, stopped: str) -> SweepResult:
         c = self.cfg
         saturation = analysis.find_saturation(self.steps, c.gain_threshold, c.error_threshold)
+        check = analysis.headroom_check(self.steps, saturation)
+        b = self.before
+        if b is not None and b.saturated:
+            saturation = _saturated_before(b, analysis.effective_steps(self.steps))
+            # The first step's estimate is of the box with the other traffic in it, and
+            # there is no measured knee to hold it against.
+            check = None
         return SweepResult(
             config=c,
             environment=env,
@@ -547,8 +651,38 @@ class Sweep:
             goodput=analysis.find_goodput(self.steps, c.slos, c.error_threshold),
             stopped=stopped,
             notes=self.notes,
-            headroom_check=analysis.headroom_check(self.steps, saturation),
+            headroom_check=check,
+            before=self.before,
         )
+
+
+def _saturated_before(b: Before, measured: list[StepResult]) -> Saturation:
+    """The verdict on a box whose requests already waited before the sweep: the box's, not a
+    load's. Its queue holds every step's requests from the first, so a knee read from the
+    steps (queues, a curve that grows as the sweep's share of the box grows) would name a
+    load that means nothing; what the steps did show is said beside it."""
+    held = (
+        f"other traffic already held the box at its limit ({b.running_mean or 0:.0f} running"
+        + (f" of {b.seq_cap:g}" if b.at_cap and b.seq_cap is not None else "")
+        + f", {b.waiting_mean or 0:.0f} waiting)"
+    )
+    if not measured:
+        why = f"{held}: nothing came back to the sweep"
+    else:
+        lo, hi = measured[0], measured[-1]
+        ttft = (
+            f" (TTFT p95 {lo.ttft_p95_s:.3g} s at {analysis.load_of(lo):g}, "
+            f"{hi.ttft_p95_s:.3g} s at {analysis.load_of(hi):g})"
+            if lo.ttft_p95_s is not None and hi.ttft_p95_s is not None and lo is not hi
+            else ""
+        )
+        top = max(measured, key=lambda s: s.output_tokens_per_s)
+        why = (
+            f"{held}: the sweep's requests queued behind it from the first step{ttft}; they "
+            f"got {top.output_tokens_per_s:.0f} tok/s at {analysis.load_of(top):g}, a share of "
+            "the box beside that traffic, not headroom"
+        )
+    return Saturation(reached=True, cause=b.cause, reason=why)
 
 
 # Time outside the engine worth a word: this share of the client's TTFT, and at least this long

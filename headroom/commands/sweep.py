@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from headroom.commands.common import add_engine_flag, add_price_flag, gpu_hour_price
+from headroom.commands.sweep_flags import read_list, read_numbers
 from monitor.errors import ConfigError
 
 EPILOG = """\
@@ -27,30 +28,6 @@ The API key is read from HEADROOM_API_KEY or OPENAI_API_KEY.
 """
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected integers separated by commas, not {text!r}"
-        ) from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError("concurrency levels must be positive integers")
-    return values
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected numbers separated by commas, not {text!r}"
-        ) from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError("rates must be positive")
-    return values
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
@@ -65,28 +42,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="model name (default: the first from /v1/models)")
     p.add_argument("--api", choices=("completions", "chat"), default="completions")
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=_ints, metavar="1,2,4,...",
+    load.add_argument("--concurrency", metavar="1,2,4,...",
                       help="closed loop at these concurrency levels (default: adaptive doubling)")  # fmt: skip
     load.add_argument("--rates", metavar="R1,R2,...|auto",
                       help="open loop at these request rates (req/s), or 'auto' for adaptive")  # fmt: skip
     p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
-    p.add_argument(
-        "--max-concurrency", type=int, default=1024, help="adaptive ceiling (default 1024)"
-    )
-    p.add_argument("--step-seconds", type=float, default=30.0, help="hold per step (default 30)")
-    p.add_argument(
-        "--warmup-seconds", type=float, default=10.0, help="excluded before each hold (default 10)"
-    )
+    p.add_argument("--max-concurrency", default=1024, help="adaptive ceiling (default 1024)")
+    p.add_argument("--step-seconds", default=30.0, help="hold per step (default 30)")
+    p.add_argument("--warmup-seconds", default=10.0, help="excluded before each hold (default 10)")
     p.add_argument(
         "--input-tokens",
-        type=int,
         default=256,
         help="synthetic prompt length in the model's tokens (default 256; exact through the "
         "server's /tokenize or --tokenizer, else approximate)",
     )
     p.add_argument(
         "--output-tokens",
-        type=int,
         help="max_tokens per request (default 128; with --dataset, overrides the replies' lengths)",
     )
     p.add_argument("--tokenizer", metavar="PATH",
@@ -95,24 +66,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--length-dist", choices=("fixed", "uniform", "normal", "exponential"), default="fixed"
     )
-    p.add_argument("--length-spread", type=float, default=0.5,
+    p.add_argument("--length-spread", default=0.5,
                    help="uniform half-width or normal sd, as a share of the mean (default 0.5)")  # fmt: skip
     p.add_argument("--prompts", metavar="FILE.jsonl", help="prompts from a JSONL file instead")
     p.add_argument("--dataset", metavar="FILE",
                    help="ShareGPT JSON/JSONL (first human turn; the reply's length as max_tokens) "
                    "or a JSONL of {prompt|messages, max_tokens}, sampled with --seed")  # fmt: skip
-    p.add_argument("--dataset-prompts", type=int, default=1000, metavar="N",
+    p.add_argument("--dataset-prompts", default=1000, metavar="N",
                    help="prompts to sample from --dataset (default 1000; a step needing more "
                    "cycles through them)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed for sampling and prompts (default 0)")
-    p.add_argument("--shared-prefix-tokens", type=int, default=0, metavar="N",
+    p.add_argument("--seed", default=0, help="seed for sampling and prompts (default 0)")
+    p.add_argument("--shared-prefix-tokens", default=0, metavar="N",
                    help="every prompt starts with one of --prefix-groups shared prefixes of N tokens")  # fmt: skip
-    p.add_argument("--prefix-groups", type=int, default=1, metavar="G",
+    p.add_argument("--prefix-groups", default=1, metavar="G",
                    help="how many different shared prefixes (default 1)")  # fmt: skip
-    p.add_argument("--turns", type=int, default=1, metavar="K",
+    p.add_argument("--turns", default=1, metavar="K",
                    help="conversations of K turns through the chat API, each carrying the history "
                    "(concurrency counts sessions)")  # fmt: skip
-    p.add_argument("--think-time", type=float, default=0.0, metavar="S",
+    p.add_argument("--think-time", default=0.0, metavar="S",
                    help="seconds a user waits between turns (default 0)")  # fmt: skip
     p.add_argument("--trace", metavar="FILE.jsonl",
                    help="replay a Mooncake-style trace (timestamp, input_length, output_length, "
@@ -121,7 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="trace replay speed(s), one step each (default 1)")  # fmt: skip
     p.add_argument("--trace-time-unit", choices=("s", "ms"), default="s",
                    help="the trace's timestamp unit (default s; Mooncake's published traces use ms)")  # fmt: skip
-    p.add_argument("--trace-block-tokens", type=int, default=512,
+    p.add_argument("--trace-block-tokens", default=512,
                    help="prompt tokens per trace hash id (default 512, Mooncake's block)")  # fmt: skip
     p.add_argument(
         "--no-ignore-eos", action="store_true", help="do not send ignore_eos (non-vLLM servers)"
@@ -129,7 +100,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-usage", action="store_true", help="do not ask for usage in the stream")
     p.add_argument(
         "--request-timeout",
-        type=float,
         default=120.0,
         help="seconds one request may take, send to last token (default 120)",
     )
@@ -159,34 +129,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--otlp-wait",
-        type=float,
         default=10.0,
         metavar="S",
         help="how long after a step to wait for its spans (default 10: vLLM exports every 5 s)",
     )
-    p.add_argument(
-        "--sample-interval", type=float, default=1.0, help="monitor tick, seconds (default 1)"
-    )
+    p.add_argument("--sample-interval", default=1.0, help="monitor tick, seconds (default 1)")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_PCT=SECONDS",
                    help="e.g. ttft_p95=0.5, itl_p95=0.05 (repeatable): goodput is the largest load meeting all")  # fmt: skip
-    p.add_argument("--error-threshold", type=float, default=0.1,
+    p.add_argument("--error-threshold", default=0.1,
                    help="error ratio that ends the sweep as saturated-by-errors (default 0.1)")  # fmt: skip
-    p.add_argument("--max-lag", type=float, default=0.1,
+    p.add_argument("--max-lag", default=0.1,
                    help="open loop and trace: p99 send lateness (s) beyond which a step is flagged "
                    "and invalid (default 0.1)")  # fmt: skip
     p.add_argument(
         "--workers",
-        type=int,
         default=0,
         help="Locust worker processes on this host (default 0: one process)",
     )
-    p.add_argument(
-        "--external-workers", type=int, default=0, help="Locust workers joining from other hosts"
-    )
+    p.add_argument("--external-workers", default=0, help="Locust workers joining from other hosts")
     p.add_argument(
         "--master-bind", default="127.0.0.1", help="where the Locust master listens (with workers)"
     )
-    p.add_argument("--master-port", type=int, help="the Locust master's port (default: a free one)")
+    p.add_argument("--master-port", help="the Locust master's port (default: a free one)")
     p.add_argument(
         "--resume", action="store_true", help="continue a sweep in OUT from its steps.jsonl"
     )
@@ -197,16 +161,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _traffic_checks(args: argparse.Namespace) -> None:
     """Flag combinations that cannot work, before anything else."""
     _otlp_listen(args.otlp_listen)
-    if args.otlp_wait < 0:
-        raise ConfigError("--otlp-wait cannot be negative")
-    if args.turns < 1 or args.think_time < 0:
-        raise ConfigError("--turns must be at least 1 and --think-time not negative")
-    if args.shared_prefix_tokens < 0 or args.prefix_groups < 1:
-        raise ConfigError("--shared-prefix-tokens cannot be negative, --prefix-groups at least 1")
     if args.dataset and args.prompts:
         raise ConfigError("--dataset and --prompts both give prompts: use one")
-    if args.dataset_prompts < 1:
-        raise ConfigError("--dataset-prompts must be at least 1")
     if args.trace:
         if args.concurrency is not None or args.rates is not None:
             raise ConfigError("--trace sets its own arrivals: drop --concurrency and --rates")
@@ -220,39 +176,23 @@ def _traffic_checks(args: argparse.Namespace) -> None:
         raise ConfigError("--turns holds sessions in a closed loop: use --concurrency, not --rates")
 
 
-def _speeds(text: str) -> list[float]:
-    try:
-        return _floats(text)
-    except argparse.ArgumentTypeError as exc:
-        raise ConfigError(f"--speed: {exc}".replace("rates", "speeds")) from None
-
-
 def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=None):
     from loadgen.analysis import parse_slo
     from loadgen.schema import SweepConfig, WorkerConfig
 
-    if args.step_seconds <= 0 or args.warmup_seconds < 0:
-        raise ConfigError("--step-seconds must be positive and --warmup-seconds not negative")
-    if args.workers < 0 or args.external_workers < 0:
-        raise ConfigError("--workers and --external-workers cannot be negative")
-    if args.sample_interval <= 0:
-        raise ConfigError("--sample-interval must be positive")
     slos = dict(parse_slo(s) for s in args.slo)
     rates = None
     adaptive = args.concurrency is None
     mode = "closed"
     speeds = None
     if args.trace:
-        mode, adaptive, speeds = "open", False, _speeds(args.speed)
+        mode, adaptive, speeds = "open", False, read_list("--speed", args.speed, float)
     elif args.rates is not None:
         mode = "open"
         if args.rates.strip() == "auto":
             adaptive = True
         else:
-            try:
-                rates = _floats(args.rates)
-            except argparse.ArgumentTypeError as exc:
-                raise ConfigError(f"--rates: {exc}") from None
+            rates = read_list("--rates", args.rates, float)
             adaptive = False
     metrics = None
     if not args.no_engine_metrics:
@@ -358,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
     from loadgen.sweep import Sweep, build_sampler
     from loadgen.traffic import check_files, prepare
 
+    read_numbers(args)  # a bad value is one line before anything else
     for slo in args.slo:
         parse_slo(slo)  # a typo fails before any network traffic
     gpu_hour_price(args)  # likewise a bad price
@@ -369,8 +310,6 @@ def run(args: argparse.Namespace) -> int:
         load_jsonl(args.prompts, api, args.output_tokens or 128)  # bad file: fail before any load
     unit = 0.001 if args.trace_time_unit == "ms" else 1.0
     local = check_files(args.dataset, args.trace, args.tokenizer, api, args.output_tokens, unit)
-    if args.rates is None and args.concurrency is None and args.max_concurrency < 1:
-        raise ConfigError("--max-concurrency must be at least 1")
     model = resolve_model(target, args.model)
     # Synthetic text goes out unless every prompt comes from a file.
     synthetic = not (args.prompts or args.dataset)
@@ -408,6 +347,8 @@ def run(args: argparse.Namespace) -> int:
             f"saturation at {unit} {load:g}: {sat.output_tokens_per_s or 0:.1f} tok/s, "
             f"cause {sat.cause or 'unknown'}{cap}{knee_note(result, load)}"
             if load is not None
+            else f"saturated before the sweep, cause {sat.cause or 'unknown'}: {sat.reason}"
+            if result.before is not None and result.before.saturated
             else f"saturated: {sat.reason}"
         )
     else:
@@ -430,4 +371,5 @@ def run(args: argparse.Namespace) -> int:
             else f"goodput: {g.reason}"
         )
     progress.message(f"wrote {Path(args.out) / 'sweep.json'} and report.html ({result.stopped})")
-    return 0 if result.stopped in ("complete", "saturated-by-errors", "interrupted") else 1
+    ok = ("complete", "saturated-by-errors", "saturated-before", "interrupted")
+    return 0 if result.stopped in ok else 1

@@ -63,7 +63,7 @@ def _traffic_table(result: SweepResult, unit: str) -> list[str]:
             s.index, _f(load_of(s), "g"), _f(s.requested_prompt_tokens_mean, ".1f"),
             _f(s.served_prompt_tokens_mean, ".1f"), _f(s.requested_completion_tokens_mean, ".1f"),
             _f(s.served_completion_tokens_mean, ".1f"),
-            "-" if s.prefix_cache_hit_rate is None else f"{100 * s.prefix_cache_hit_rate:.0f}%",
+            _hits(s.prefix_cache_hit_rate, w.shares_prefixes),
             _f(s.ttft_sched_p50_s, ".4f"), _f(s.ttft_sched_p99_s, ".4f"),
             _f(s.e2e_sched_p50_s, ".3f"), _f(s.e2e_sched_p99_s, ".3f"), _f(s.sched_lag_p99_s, ".4f"),
             " / ".join(f"{k}: {v:.3f}" for k, v in (s.ttft_p50_by_turn or {}).items()) or "-",
@@ -71,6 +71,18 @@ def _traffic_table(result: SweepResult, unit: str) -> list[str]:
         out.append(f"<tr{bad}>" + "".join(f"<td>{_e(x)}</td>" for x in cells) + "</tr>")
     out.append("</table>")
     return out
+
+
+def _rps(s: StepResult) -> str:
+    """Requests finished per second; a dash where none finished in the hold."""
+    return "-" if s.requests_completed == 0 else _f(s.requests_per_s, ".2f")
+
+
+def _hits(rate: float | None, prefixes: bool) -> str:
+    """The prefix-cache hit rate; a dash for 0% where no prompts could share a prefix."""
+    if rate is None or (rate == 0 and not prefixes):
+        return "-"
+    return f"{100 * rate:.0f}%"
 
 
 def render_html(result: SweepResult, plots: list[Path]) -> str:
@@ -87,10 +99,23 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
         f"stopped: {_e(result.stopped)}</p>",
         "<div class='box'>",
     ]
-    if sat.reached:
+    if result.before is not None and result.before.saturated:
+        parts.append(f"<p class='bad'><b>Warning:</b> {_e(result.before.summary)}.</p>")
+    if sat.reached and sat_load is None and result.before is not None and result.before.saturated:
         parts.append(
-            f"<p><b>Saturation</b> at {unit} {_e(_f(sat_load, 'g'))}: {_f(sat.output_tokens_per_s, '.1f')} output tok/s, "
-            f"{_f(sat.requests_per_s, '.2f')} req/s. <b>Limiting cause:</b> {_e(sat.cause or 'unknown')}"
+            f"<p><b>Saturated</b> before the sweep. <b>Limiting cause:</b> "
+            f"{_e(sat.cause or 'unknown')}.<br>{_e(sat.reason)}</p>"
+        )
+    elif sat.reached:
+        at = next((s for s in result.steps if s.index == sat.step_index), None)
+        rps = (
+            ""
+            if at is not None and at.requests_completed == 0
+            else f", {_f(sat.requests_per_s, '.2f')} req/s"
+        )
+        parts.append(
+            f"<p><b>Saturation</b> at {unit} {_e(_f(sat_load, 'g'))}: {_f(sat.output_tokens_per_s, '.1f')} output tok/s"
+            f"{rps}. <b>Limiting cause:</b> {_e(sat.cause or 'unknown')}"
             + (f" (inferred cap {sat.inferred_cap})" if sat.inferred_cap is not None else "")
             + f".<br>{_e(sat.reason)}</p>"
         )
@@ -141,7 +166,7 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
                 if n
             )
         cells = [
-            s.index, _f(load_of(s), "g"), _f(s.requests_per_s, ".2f"), _f(s.output_tokens_per_s, ".1f"),
+            s.index, _f(load_of(s), "g"), _rps(s), _f(s.output_tokens_per_s, ".1f"),
             _f(s.ttft_p50_s, ".4f"), _f(s.ttft_p95_s, ".4f"), _f(s.itl_p50_s, ".4f"), _f(s.itl_p95_s, ".4f"),
             _f(s.e2e_p50_s, ".3f"), f"{100 * s.error_ratio:.1f}%", _f(s.client_in_flight_mean, ".1f"),
             _f(s.engine_in_flight_mean, ".1f"), _f(s.running_mean, ".1f"), _f(s.waiting_mean, ".1f"),

@@ -80,7 +80,10 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     ax.set_ylabel("output tokens/s")
     _log2_axis(ax, xs)
     ax2 = ax.twinx()
-    ax2.plot(xs, _series(steps, "requests_per_s"), "s--", color="tab:green", label="req/s")
+    # A step in which no request finished (streams longer than the hold) has no request
+    # rate to plot, not a rate of zero.
+    rps = [float("nan") if s.requests_completed == 0 else s.requests_per_s for s in steps]
+    ax2.plot(xs, rps, "s--", color="tab:green", label="req/s")
     ax2.set_ylabel("requests/s")
     _mark_saturation(ax, result)
     lines = ax.get_legend_handles_labels()

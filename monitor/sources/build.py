@@ -39,14 +39,24 @@ def build_sources(
     engine: str | None = None,
     gpu_indices: Sequence[int] | None = None,
     one_shot: bool = False,
+    find_gpu_page: bool = False,
 ) -> tuple[list[Source], list[str]]:
     """Return the sources that started and one-line notes for those that could not.
 
     ``engine`` forces the serving engine's name table (vllm, sglang, ...) for every URL;
     None finds it from each page. ``one_shot``: for one reading (snapshot), whose notes
-    promise no later look."""
+    promise no later look. ``find_gpu_page``: with no dcgm-exporter URL given, look for one
+    at /gpu/metrics beside each engine (where `headroom sim` serves its GPU)."""
     sources: list[Source] = []
     notes: list[str] = []
+    if find_gpu_page and not dcgm_exporter_url:
+        from monitor.sources.dcgm_exporter import gpu_page_beside
+
+        for url in vllm_urls:
+            dcgm_exporter_url = gpu_page_beside(url, timeout)
+            if dcgm_exporter_url:
+                notes.append(f"GPU readings from {dcgm_exporter_url}, found beside the engine")
+                break
     if nvml:
         from monitor.sources.nvml import NvmlSource
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from monitor.errors import ConfigError, EndpointError
 from monitor.samples import GpuSample, SourceError
@@ -244,3 +245,27 @@ class DcgmExporterSource:
 
     def close(self) -> None:
         self._scraper.close()
+
+
+# Where a GPU page beside the engine is looked for: `headroom sim` serves its simulated GPU
+# there, in dcgm-exporter's format, next to the engine's /metrics.
+GPU_PAGE_PATH = "/gpu/metrics"
+
+
+def gpu_page_beside(engine_url: str, timeout: float = 2.0) -> str | None:
+    """The dcgm-exporter page on the engine's own host and port, or None where there is none.
+
+    One GET; a page that is missing, not dcgm-exporter's, or names no GPU is None (the
+    engine's host may simply serve no such page), never an error."""
+    parts = urlsplit(engine_url if "://" in engine_url else f"http://{engine_url}")
+    if not parts.hostname:
+        return None
+    url = f"{parts.scheme}://{parts.netloc}{GPU_PAGE_PATH}"
+    scraper = Scraper(url, timeout)
+    try:
+        gpus, _ = gpus_from_text(scraper.get(), url)
+    except Exception:  # any failure means: no GPU page here
+        return None
+    finally:
+        scraper.close()
+    return url if gpus else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -636,35 +637,64 @@ def draw_sweep(state: SweepState | None, width: int) -> Text:
     if state.stopped:
         text.append(f" · {state.stopped}")
     text.append("\n")
+    before = state.before or {}
+    if before.get("saturated"):
+        # First, before any figure: every step below queues behind this traffic.
+        for line in textwrap.wrap(f"warning: {before.get('summary')}", max(20, width)):
+            text.append(line + "\n", style="bold")
+    elif before.get("summary"):
+        # Other traffic that leaves room: R and Q below count it too.
+        for line in textwrap.wrap(f"note: {before.get('summary')}", max(20, width)):
+            text.append(line + "\n", style="dim")
     if state.error and not state.steps:
         text.append(f"{state.error}\n", style="dim")
         return text
     sat: Mapping[str, Any] | None = state.saturation
     mark = None
+    wrap = max(20, width)
     if sat and sat.get("reached"):
         mark = sat.get("concurrency") if sat.get("concurrency") is not None else sat.get("rate")
-        text.append("saturation: ", style="bold")
-        text.append(
-            f"at {fmt.num(mark, 'g')} ({fmt.si(sat.get('output_tokens_per_s'))} tok/s, "
+        line = (
+            f"saturation: at {fmt.num(mark, 'g')} ({fmt.si(sat.get('output_tokens_per_s'))} tok/s, "
             f"{fmt.num(sat.get('requests_per_s'), '.3g')} req/s), cause {sat.get('cause') or '-'}"
-            f" · {sat.get('reason', '')}\n"
+            f" · {sat.get('reason', '')}"
+            if mark is not None or not before.get("saturated")
+            # No load of the sweep's: the box was saturated before it.
+            else f"saturation: before the sweep, cause {sat.get('cause') or '-'} · "
+            f"{sat.get('reason', '')}"
         )
+        for part in textwrap.wrap(line, wrap, subsequent_indent="  "):
+            text.append(part + "\n")
     elif sat:
-        text.append(f"saturation: not reached · {sat.get('reason', '')}\n", style="bold")
+        # The reason says "not reached: ..." or "not measured: ..." itself.
+        reason = str(sat.get("reason") or "")
+        head = "saturation: " if reason.startswith("not ") else "saturation: not reached · "
+        for part in textwrap.wrap(head + reason, wrap, subsequent_indent="  "):
+            text.append(part + "\n", style="bold")
     else:
         text.append("saturation: not found yet\n", style="dim")
     text.append("\n")
     hdr = f"{'step':>4} {'load':>7} {'req/s':>8} {'tok/s':>8} {'TTFT p95':>9} {'e2e p50':>9} {'R':>6} {'Q':>6}  verdict"
     text.append(hdr + "\n", style="bold")
     for s in state.steps:
-        flag = "" if s.get("valid", True) else f"  INVALID: {s.get('invalid_reason')}"
+        # None finished in the hold (streams longer than it): a dash, not a rate of zero.
+        done = s.get("requests_completed")
+        rps = "-" if done == 0 else fmt.num(s.get("requests_per_s"), ".3g")
         row = (
-            f"{s.get('index', 0):>4} {fmt.num(load_of(s), 'g'):>7} {fmt.num(s.get('requests_per_s'), '.3g'):>8} "
+            f"{s.get('index', 0):>4} {fmt.num(load_of(s), 'g'):>7} {rps:>8} "
             f"{fmt.si(s.get('output_tokens_per_s')):>8} {fmt.seconds(s.get('ttft_p95_s')):>9} "
             f"{fmt.seconds(s.get('e2e_p50_s')):>9} {fmt.num(s.get('running_mean'), '.1f'):>6} "
-            f"{fmt.num(s.get('waiting_mean'), '.1f'):>6}  {s.get('verdict') or '-'}{flag}"
+            f"{fmt.num(s.get('waiting_mean'), '.1f'):>6}  {s.get('verdict') or '-'}"
         )
+        if s.get("valid", True):
+            text.append(fmt.clip(row, width) + "\n")
+            continue
+        # Why, whole, under the row: clipped at the row's end it lost its point (and at 80
+        # columns the word INVALID itself).
         text.append(fmt.clip(row, width) + "\n")
+        why = f"INVALID: {s.get('invalid_reason') or 'no reason given'}"
+        for part in textwrap.wrap(why, max(20, width - 6)):
+            text.append(" " * 6 + part + "\n", style="dim")
     chart_w = max(10, width - 12)
     if state.steps:
         text.append("\nthroughput (output tok/s) vs load\n", style="bold")

@@ -26,6 +26,8 @@ class SweepState:
     saturation: Mapping[str, Any] | None = None
     stopped: str | None = None
     error: str | None = None
+    # The engine as the sweep found it (before.json, written before the first step).
+    before: Mapping[str, Any] | None = None
 
 
 def steps_path(path: str | Path) -> Path:
@@ -52,6 +54,7 @@ def read_sweep(path: str | Path) -> SweepState:
     except OSError as exc:
         return SweepState(str(steps_file), error=f"{steps_file}: {exc.strerror or exc}")
     saturation = stopped = None
+    before = _read_json(steps_file.with_name("before.json"))
     result_file = steps_file.with_name("sweep.json")
     if result_file.exists():
         try:
@@ -61,7 +64,25 @@ def read_sweep(path: str | Path) -> SweepState:
         except (OSError, ValueError):
             pass
     steps.sort(key=lambda s: s.get("index", 0))
-    return SweepState(str(steps_file), tuple(steps), saturation, stopped)
+    return SweepState(str(steps_file), tuple(steps), saturation, stopped, before=before)
+
+
+def _read_json(path: Path) -> Mapping[str, Any] | None:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def measured_nothing(step: Mapping[str, Any]) -> bool:
+    """Nothing came back in the step's hold, no request finished and no token arrived: it
+    measured nothing (loadgen.analysis's rule, read from the JSON)."""
+    return (
+        step.get("requests_completed") == 0
+        and not step.get("requests_failed")
+        and not step.get("output_tokens_per_s")
+    )
 
 
 def load_of(step: Mapping[str, Any]) -> float | None:
@@ -69,6 +90,21 @@ def load_of(step: Mapping[str, Any]) -> float | None:
     if v is None:
         v = step.get("rate")
     return float(v) if isinstance(v, (int, float)) else None
+
+
+def effective(steps: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One step per load, the one the analysis reads (loadgen.analysis.effective_steps): the
+    last valid measurement, else the last; a freeze's steps and those that measured nothing
+    left out. A load measured again after a freeze is one point, not two."""
+    by_load: dict[float, Mapping[str, Any]] = {}
+    for s in sorted(steps, key=lambda s: s.get("index", 0)):
+        x = load_of(s)
+        if x is None or s.get("stalled") or measured_nothing(s):
+            continue
+        prev = by_load.get(x)
+        if prev is None or s.get("valid", True) or not prev.get("valid", True):
+            by_load[x] = s
+    return [by_load[x] for x in sorted(by_load)]
 
 
 def chart(
@@ -80,12 +116,18 @@ def chart(
 ) -> list[str]:
     """A small scatter of ``key`` against load (log2 x axis when the steps double).
 
-    Each step is a ``*``; the saturation step, when known, an ``S``.
+    Each load is a ``*``, its step as the analysis reads it (``effective``: a load measured
+    again after a freeze is one point, a step where nothing came back none); the
+    saturation step, when known, an ``S``.
     """
-    pts = [(load_of(s), s.get(key)) for s in steps]
-    pts = [(x, float(y)) for x, y in pts if x is not None and x > 0 and isinstance(y, (int, float))]
-    if not pts or width < 10 or height < 3:
+    if not steps:
         return ["(no steps yet)"]
+    pts = [(load_of(s), s.get(key)) for s in effective(steps)]
+    pts = [(x, float(y)) for x, y in pts if x is not None and x > 0 and isinstance(y, (int, float))]
+    if not pts:
+        return ["(no step has this figure: none finished a request in its hold)"]
+    if width < 10 or height < 3:
+        return ["(too narrow to draw)"]
     xs = [math.log2(x) for x, _ in pts]
     x0, x1 = min(xs), max(xs)
     top = max(y for _, y in pts) or 1.0
@@ -100,7 +142,11 @@ def chart(
         label = fmt.si(top, "") if i == 0 else ("0" if i == height - 1 else "")
         lines.append(f"{label:>{label_w}} |" + "".join(row))
     lo, hi = min(x for x, _ in pts), max(x for x, _ in pts)
-    axis = f"{lo:g}".ljust(width - len(f"{hi:g}")) + f"{hi:g}"
+    if lo == hi:
+        # One load: its label under its point (at the left), not the same number twice.
+        axis = f"{lo:g} (one load)"
+    else:
+        axis = f"{lo:g}".ljust(width - len(f"{hi:g}")) + f"{hi:g}"
     lines.append(" " * label_w + " +" + "-" * width)
     lines.append(" " * (label_w + 2) + axis)
     return lines

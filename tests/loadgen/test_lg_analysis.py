@@ -448,3 +448,37 @@ def test_the_cause_of_a_knee_read_below_a_later_cap_comes_from_the_steps_past_it
              step(5, 2016, 0.465, verdict=None)]  # fmt: skip
     sat = find_saturation(steps)
     assert (sat.concurrency, sat.cause) == (4, "seq-cap")
+
+
+def _nothing_back(s: StepResult) -> StepResult:
+    """The step as a hold in which nothing came back reads: no request, no token."""
+    return s.model_copy(update={"requests_completed": 0, "requests_per_s": 0.0,
+                                "output_tokens_per_s": 0.0, "e2e_p50_s": None,
+                                "ttft_p50_s": None, "ttft_p95_s": None, "valid": False})  # fmt: skip
+
+
+def test_a_step_in_which_nothing_came_back_is_no_measurement() -> None:
+    # The demo's seq-cap box, its own load already queued: steps 1-32 finished nothing and
+    # read 0 tok/s; the sweep named "saturation at 1 (0 tok/s), cause seq-cap".
+    queued = dict(waiting=25.0, running=8.0, verdict="seq-cap", waiting_p50=25.0)
+    empty = [_nothing_back(step(c, 0.0, 1.0, **queued)) for c in (1, 2, 4, 8, 16, 32)]
+    sat = find_saturation(empty)
+    assert not sat.reached and sat.concurrency is None
+    assert "nothing came back inside any step's hold" in sat.reason
+    assert effective_steps(empty) == []
+    # Beside real steps, the empty one is left out: the knee is read from the others.
+    steps = [*SEQ_CAP[:3], _nothing_back(step(8, 0.0, 1.0)), *SEQ_CAP[3:]]
+    assert [s.requests_completed for s in effective_steps(steps)] == [100] * 6
+    assert find_saturation(steps).concurrency == 8
+    # Streams that outlive the hold finish none in it, yet deliver tokens: throughput measured.
+    long = step(64, 190, 1.0).model_copy(update={"requests_completed": 0, "e2e_p50_s": None})
+    assert [s.concurrency for s in effective_steps([step(32, 160, 1.0), long])] == [32, 64]
+
+
+def test_one_load_alone_cannot_show_saturation_unless_requests_queue() -> None:
+    sat = find_saturation([step(2, 200, 1.0)])
+    assert not sat.reached
+    assert "one load measured (2)" in sat.reason and "throughput still grew" not in sat.reason
+    # Requests queueing at the only load is a limit seen at one load.
+    capped = step(16, 800, 2.0, waiting=8, running=8, verdict="seq-cap", waiting_p50=8)
+    assert find_saturation([capped]).reached

@@ -156,3 +156,95 @@ def test_cpu_bound_saturates_with_the_gpu_half_idle(sim, tmp_path) -> None:
     assert sat["reached"] and sat["concurrency"] in (16, 32, 64), (sat, steps)
     assert sat["cause"] == "cpu-bound", (sat, steps)
     assert _by_load(r)[128]["gpu"]["util"] < 0.5, steps
+
+
+def test_a_sweep_of_the_sim_reads_its_gpu_page_without_being_told(sim, tmp_path, capsys) -> None:
+    """`headroom sim` serves its GPU at /gpu/metrics: a sweep given only --target reads it
+    (it read "no GPU readings" with a util column of dashes). One load: the verdict says
+    one load cannot show saturation, and uniform prompts show no prefix-cache hit rate."""
+    h = sim("compute-bound")
+    out = tmp_path / "g"
+    rc = main(["sweep", "--target", h.url, "--concurrency", "2", "--step-seconds", "3",
+               "--warmup-seconds", "1", "--sample-interval", "0.5", "--output-tokens", "16",
+               "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    r = json.loads((out / "sweep.json").read_text())
+    gpu = r["steps"][0]["gpu"]
+    assert gpu["gpus"] == 1 and gpu["util"] is not None and gpu["util"] > 0, gpu
+    assert f"note: GPU readings from {h.gpu_metrics_url}, found beside the engine" in err
+    assert any("found beside the engine" in n for n in r["notes"])
+    assert "no GPU readings" not in (out / "report.html").read_text()
+    sat = r["saturation"]
+    assert not sat["reached"] and "one load measured (2)" in sat["reason"], sat
+    assert "throughput still grew" not in err
+    assert "prefix hits" not in err
+
+
+def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_nothing(
+    tmp_path, capsys
+) -> None:
+    """The seq-cap box with its own load on (8 running, 24 waiting), as in the demo: the
+    sweep warns before its first step, a step in which nothing came back is not valid,
+    the sweep stops there instead of stepping on through holds that measure nothing, and
+    the verdict is the box's, not a load's (it read 0 req/s, 0 tok/s, valid, at every load
+    and "saturation at 1 (0 tok/s), cause seq-cap")."""
+    h = simulator.start_sim(scenario="seq-cap", port=0, load=True)
+    try:
+        out = tmp_path / "b"
+        rc = main(["sweep", "--target", h.url, "--concurrency", "1,2,4", "--step-seconds", "3",
+                   "--warmup-seconds", "1", "--sample-interval", "0.5", "--output-tokens", "16",
+                   "--out", str(out)])  # fmt: skip
+    finally:
+        h.stop()
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    lines = err.splitlines()
+    warn = next(i for i, line in enumerate(lines) if "already saturated by other traffic" in line)
+    first_step = next(i for i, line in enumerate(lines) if line.startswith("step 0"))
+    assert warn < first_step, err
+    assert "waiting before the sweep sent anything" in lines[warn]
+    r = json.loads((out / "sweep.json").read_text())
+    assert r["before"]["saturated"] and r["before"]["waiting_p50"] >= 10, r["before"]
+    assert r["stopped"] == "saturated-before"
+    assert [s["concurrency"] for s in r["steps"]] == [1]
+    s = r["steps"][0]
+    assert s["requests_completed"] == 0 and not s["valid"]
+    assert "nothing came back in the hold" in s["invalid_reason"]
+    # The verdict: saturated before the sweep, by what the engine showed then; no load of the
+    # sweep's named as the saturation point.
+    sat = r["saturation"]
+    assert sat["reached"] and sat["concurrency"] is None and sat["cause"] == "seq-cap", sat
+    assert "other traffic already held the box at its limit" in sat["reason"]
+    assert sat["reason"].endswith("nothing came back to the sweep"), sat
+    assert lines[-2].startswith("saturated before the sweep, cause seq-cap: other traffic"), err
+    report = (out / "report.html").read_text()
+    assert "already saturated by other traffic" in report and "before the sweep" in report
+
+
+def test_a_box_running_at_its_sequence_cap_is_saturated_before_the_sweep(tmp_path, capsys) -> None:
+    """8 running of a reported cap of 8, none waiting (the demo's memory-bound box ran 256
+    of 256): the next request waits for a slot, so the box is full before the sweep. Its
+    requests still come back, as slots free: the steps are measurements, the verdict the box's."""
+    h = simulator.start_sim(scenario="seq-cap", port=0, load=True,
+                            config=FIXTURES / "seq-cap-full.toml")  # fmt: skip
+    try:
+        out = tmp_path / "c"
+        rc = main(["sweep", "--target", h.url, "--concurrency", "1", "--step-seconds", "3",
+                   "--warmup-seconds", "1", "--sample-interval", "0.5", "--output-tokens", "16",
+                   "--out", str(out)])  # fmt: skip
+    finally:
+        h.stop()
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "warning: the box is already saturated by other traffic: 8 running (its cap 8)" in err
+    # The warning and the verdict name one cause: the cap, whatever the engine read before.
+    assert "before the sweep sent anything (seq-cap)" in err
+    r = json.loads((out / "sweep.json").read_text())
+    assert r["before"]["saturated"] and r["before"]["seq_cap"] == 8, r["before"]
+    step = r["steps"][0]
+    assert step["requests_completed"] > 0 and step["valid"], step
+    sat = r["saturation"]
+    assert sat["reached"] and sat["concurrency"] is None and sat["cause"] == "seq-cap", sat
+    assert "(8 running of 8, 0 waiting)" in sat["reason"] and "not headroom" in sat["reason"]
+    assert r["headroom_check"] is None and "headroom estimated" not in err

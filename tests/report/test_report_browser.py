@@ -62,13 +62,22 @@ def test_report_opens_in_chromium_without_errors_and_every_image_loads(tmp_path)
                 "img", "els => els.map(e => [e.alt, e.complete, e.naturalWidth])"
             )
             text = page.inner_text("body")
+            verdict = page.inner_text("div.box")
+            knee_row = page.inner_text("tr.knee")
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
     assert problems == []
-    assert len(images) >= 3
+    # Every plot a reader expects, each drawn (a broken data URL loads with width 0).
+    names = [alt for alt, _, _ in images]
+    assert {"throughput", "latency", "latency_vs_throughput", "engine"} <= set(names), names
     broken = [alt for alt, complete, width in images if not complete or width == 0]
     assert broken == []
+    # The verdict box names the saturation point and its cause, as the sweep found them.
+    assert "Saturation at concurrency 224: 1567.9 output tok/s" in verdict, verdict
+    assert "Limiting cause: token-cap (inferred cap 256)" in verdict, verdict
+    # ... and the steps table marks that step.
+    assert knee_row.split()[:2] == ["11", "224"] and "saturation point" in knee_row
     # What a reader looks for: the verdict, the traffic table, the flagged step.
     assert "Saturation" in text and "Traffic" in text and "prefix-cache hits" in text
     assert "served tokens off what was asked: prompt +7.8%" in text

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from monitor.errors import EndpointError
 from monitor.samples import GpuSample, Snapshot
 from monitor.sources.base import Reading, Source
-from monitor.sources.dcgm_exporter import DcgmExporterSource, gpus_from_text
+from monitor.sources.dcgm_exporter import DcgmExporterSource, gpu_page_beside, gpus_from_text
 from monitor.window import compute_window
 
 T4 = "dcgm-exporter-metrics-t4-prof-dcgm-issue191.txt"
@@ -177,6 +177,24 @@ def test_down_and_failing_exporters_are_one_line_errors(http_server) -> None:
     http_server.stop()
     (err,) = read_once(url).errors
     assert err.message == f"cannot connect to {url}/metrics: connection refused"
+
+
+def test_a_gpu_page_beside_the_engine_is_found_and_nothing_else_is(
+    http_server, read_fixture: Callable[[str], str]
+) -> None:
+    """`headroom sim` serves its GPU at /gpu/metrics beside the engine's /metrics: a sweep
+    given only the engine's URL finds it. A page that is missing, not dcgm-exporter's, or
+    a host that is down is no GPU page, and no error."""
+    engine = f"{http_server.url}/metrics"
+    assert gpu_page_beside(engine) is None  # 404
+    http_server.set("/gpu/metrics", "<html>dashboard</html>", content_type="text/html")
+    assert gpu_page_beside(engine) is None
+    http_server.set("/gpu/metrics", read_fixture(T4))
+    assert gpu_page_beside(engine) == f"{http_server.url}/gpu/metrics"
+    assert gpu_page_beside(http_server.url) == f"{http_server.url}/gpu/metrics"
+    url = http_server.url
+    http_server.stop()
+    assert gpu_page_beside(url, timeout=1.0) is None
 
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -125,7 +125,8 @@ async def test_help_and_every_screen_key(seq_cap: Path, tmp_path: Path) -> None:
         text = visible(app)
         assert "saturation: at 224" in text and "cause token-cap" in text
         assert "throughput (output tok/s) vs load" in text
-        assert "cpu-bound  INVALID: this" in text
+        # An invalid step says so on its row and why, whole, under it.
+        assert "INVALID: this machine froze 1.5 s during the hold" in text
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen)
 
@@ -467,3 +468,67 @@ async def test_a_view_that_draws_the_same_repaints_nothing(
         assert engine and not any(layout for _, _, layout in engine)
         (regions,) = [r for _, r, _ in engine]
         assert 1 <= len(regions) <= 3 and all(r.height == 1 for r in regions)  # type: ignore[attr-defined]
+
+
+def _demo_step(i: int, c: int, done: int, **kw: object) -> dict:
+    """A step as the demo's sweep writes it on the seq-cap box, its load already queued."""
+    none = done == 0
+    return {"index": i, "mode": "closed", "concurrency": c, "requests_completed": done,
+            "requests_failed": 0, "requests_per_s": done / 5, "output_tokens_per_s": 64.0 * done / 5,
+            "e2e_p50_s": None if none else 24.0, "running_mean": 8.0, "waiting_mean": 24.0 + c,
+            "verdict": "seq-cap", "valid": not none,
+            "invalid_reason": "nothing came back in the hold" if none else None, **kw}  # fmt: skip
+
+
+async def test_the_sweep_screen_on_a_box_saturated_before_it_says_so_and_plots_no_empty_step(
+    seq_cap: Path, tmp_path: Path
+) -> None:
+    """Mid-run on the seq-cap demo box: a warning first, the steps that finished nothing
+    flagged and left out of the plots, one load's axis read once (it read "64 ... 64")
+    and no "(no steps yet)" under a table of steps."""
+    out = tmp_path / "sw"
+    out.mkdir()
+    steps = [_demo_step(i, c, 0) for i, c in enumerate([1, 2, 4])] + [_demo_step(3, 64, 3)]
+    (out / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    summary = "the box is already saturated by other traffic: 8 running, 24 waiting"
+    (out / "before.json").write_text(json.dumps({"saturated": True, "summary": summary}))
+    app = paused_app(seq_cap, sweep_path=out)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("w")
+        await wait_for(pilot, lambda: app.sweep_state is not None and app.sweep_state.steps)
+        await pilot.pause()
+        text = visible(app)
+    assert "warning: the box is already saturated by other traffic: 8 running, 24 waiting" in text
+    assert text.index("warning:") < text.index("step    load")
+    assert "(no steps yet)" not in text
+    assert text.count("INVALID") == 3 and text.count("nothing came back in the hold") == 3
+    axis = [line.strip() for line in text.splitlines() if line.strip().startswith("64")]
+    assert axis and all(line == "64 (one load)" for line in axis), axis
+    # The throughput plot holds one point (the step at 64); the three empty steps are not zeros.
+    plot = text.split("throughput (output tok/s) vs load")[1].split("latency (e2e p50")[0]
+    assert plot.count("*") + plot.count("S") == 1, plot
+
+
+async def test_a_load_measured_again_after_a_freeze_is_one_point_in_the_sweep_plots(
+    seq_cap: Path, tmp_path: Path
+) -> None:
+    """The demo's starved box: the machine froze during the step at 8, which was measured
+    again; the plot drew both (two stars at 8, 796 and 999 tok/s), not the one the
+    saturation reads."""
+    out = tmp_path / "sw"
+    out.mkdir()
+    steps = [_demo_step(0, 1, 10), _demo_step(1, 2, 20),
+             _demo_step(2, 8, 63, valid=False, stalled=True, output_tokens_per_s=796.0,
+                        invalid_reason="this machine froze 1.1 s during the hold"),
+             _demo_step(3, 8, 79, output_tokens_per_s=999.0)]  # fmt: skip
+    (out / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    app = paused_app(seq_cap, sweep_path=out)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("w")
+        await wait_for(pilot, lambda: app.sweep_state is not None and app.sweep_state.steps)
+        await pilot.pause()
+        text = visible(app)
+    plot = text.split("throughput (output tok/s) vs load")[1].split("latency (e2e p50")[0]
+    assert plot.count("*") == 3, plot  # loads 1, 2 and 8
+    assert "999" in plot.splitlines()[1], plot  # the top of the plot is the remeasured step
+    assert "this machine froze 1.1 s during the hold" in text  # the table keeps both
