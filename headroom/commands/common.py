@@ -100,6 +100,7 @@ def build_sources_from_args(
         timeout=args.timeout,
         engine=args.engine,
         one_shot=one_shot,
+        find_gpu_page=True,
     )
 
 

@@ -45,18 +45,10 @@ def build_sources(
 
     ``engine`` forces the serving engine's name table (vllm, sglang, ...) for every URL;
     None finds it from each page. ``one_shot``: for one reading (snapshot), whose notes
-    promise no later look. ``find_gpu_page``: with no dcgm-exporter URL given, look for one
-    at /gpu/metrics beside each engine (where `headroom sim` serves its GPU)."""
+    promise no later look. ``find_gpu_page``: with no dcgm-exporter URL given and no GPU read
+    here, look for one at /gpu/metrics beside each engine (where `headroom sim` serves its GPU)."""
     sources: list[Source] = []
     notes: list[str] = []
-    if find_gpu_page and not dcgm_exporter_url:
-        from monitor.sources.dcgm_exporter import gpu_page_beside
-
-        for url in vllm_urls:
-            dcgm_exporter_url = gpu_page_beside(url, timeout)
-            if dcgm_exporter_url:
-                notes.append(f"GPU readings from {dcgm_exporter_url}, found beside the engine")
-                break
     if nvml:
         from monitor.sources.nvml import NvmlSource
 
@@ -79,6 +71,15 @@ def build_sources(
             sources.append(DcgmSource(indices=gpu_indices))
         except SourceUnavailable as exc:
             notes.append(str(exc))
+    if find_gpu_page and not dcgm_exporter_url and not sources:
+        # No GPU read here (NVML off or missing, no DCGM): the engine's host may serve one.
+        from monitor.sources.dcgm_exporter import gpu_page_beside
+
+        for url in vllm_urls:
+            dcgm_exporter_url = gpu_page_beside(url, timeout)
+            if dcgm_exporter_url:
+                notes.append(f"GPU readings from {dcgm_exporter_url}, found beside the engine")
+                break
     if dcgm_exporter_url:
         from monitor.sources.dcgm_exporter import DcgmExporterSource
 

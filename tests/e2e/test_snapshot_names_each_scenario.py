@@ -57,3 +57,21 @@ def test_snapshot_names_the_scenario_cause_first(scenario: str) -> None:
         assert parts["queue_s"] > 0.5 * parts["engine_ttft_s"], parts
         assert "ttft_queue_share" in {e["name"] for e in verdict["evidence"]}
     assert engine["headroom"] == engine["analysis"]["headroom"]
+
+
+def test_without_a_gpu_source_snapshot_finds_the_gpu_page_beside_the_engine() -> None:
+    # The simulator serves its GPU at /gpu/metrics on the engine's port: with NVML off and
+    # no --dcgm-exporter, snapshot looks there by itself (as the sweep does) and says so.
+    with start_sim(scenario="starved", port=0, load=True) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "headroom", "snapshot", "--vllm", sim.url, "--no-nvml",
+             "--no-host", "--window", "2", "--interval", "0.5", "--json"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["gpus"], report.get("notes")
+    assert any(
+        f"GPU readings from {sim.gpu_metrics_url}, found beside the engine" in n
+        for n in report["notes"]
+    ), report["notes"]

@@ -317,8 +317,9 @@ def test_forcing_trtllm_goes_to_its_path_first(
     finally:
         src.close()
     assert e.running == 64
-    # Its metrics path first; the engine's caps are asked at the server's root, not there.
-    metrics_hits = [h for h in http_server.hits if not h.startswith("/server_info")]
+    # Its metrics path first; the engine's caps are asked at the server's root (vLLM's
+    # /server_info, llama.cpp's /props), not there.
+    metrics_hits = [h for h in http_server.hits if not h.startswith(("/server_info", "/props"))]
     assert metrics_hits == ["/prometheus/metrics"]
 
 
