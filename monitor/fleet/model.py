@@ -55,6 +55,8 @@ class FleetEngine:
     headroom_factor: float | None = None
     first_limit: str | None = None
     energy_per_token_joules: float | None = None
+    # Requests/s it completes at its first limit less those it completes now.
+    spare_rps: float | None = None
 
     @property
     def scope(self) -> str:
@@ -72,6 +74,7 @@ class FleetEngine:
             "headroom_factor": self.headroom_factor,
             "first_limit": self.first_limit,
             "energy_per_token_joules": self.energy_per_token_joules,
+            "spare_rps": self.spare_rps,
         }
 
 
@@ -146,6 +149,11 @@ class FleetHost:
         return sum(v for v in values if v is not None)
 
     @property
+    def spare_rps(self) -> float | None:
+        """Requests/s more its engines complete at their limits than now (None: none read)."""
+        return self.engine_sum("spare_rps")
+
+    @property
     def gpus_without_sm_active(self) -> int:
         return sum(1 for g in self.gpus if g.sm_active is None)
 
@@ -183,6 +191,7 @@ class FleetHost:
             "wasted_gpus": self.wasted,
             "wasted_cost_per_hour": self.wasted_cost_per_hour,
             "power_watts": self.power_watts,
+            "spare_rps": self.spare_rps,
             "gpus_without_sm_active": self.gpus_without_sm_active,
             "cause": top.cause if top else None,
             "confidence": top.confidence if top else None,
@@ -220,6 +229,12 @@ class Fleet:
         known = [v for v in values if v is not None]
         return sum(known) if known else None
 
+    @property
+    def spare_rps(self) -> float | None:
+        """The fleet's spare capacity: every host's spare requests/s together."""
+        values = [h.spare_rps for h in self.hosts if h.spare_rps is not None]
+        return sum(values) if values else None
+
     def priced(self, gpu_hour_price: float | None) -> Fleet:
         """The same fleet with its waste in money at ``gpu_hour_price`` (None: GPUs only)."""
         hosts = tuple(dataclasses.replace(h, gpu_hour_price=gpu_hour_price) for h in self.hosts)
@@ -238,6 +253,7 @@ class Fleet:
             "wasted_gpus": self.wasted,
             "gpu_hour_price": self.gpu_hour_price,
             "wasted_cost_per_hour": self.wasted_cost_per_hour,
+            "spare_rps": self.spare_rps,
             "hosts": [h.to_json() for h in self.hosts],
         }
 
@@ -328,6 +344,7 @@ def assemble(
                 *k,
                 **{f: v.get(f) for f in ENGINE_FAMILIES},
                 first_limit=v.get("first_limit"),
+                spare_rps=v.get("spare_rps"),
             )
             for k, v in sorted(engines.get(host, {}).items())
         )

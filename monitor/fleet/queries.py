@@ -23,6 +23,13 @@ ENGINE_FAMILIES = {
     "headroom_factor": "headroom_engine_load_headroom_ratio",
     "energy_per_token_joules": "headroom_engine_energy_per_token_joules",
 }
+# Spare capacity: the rate an engine completes at its first limit less what it completes
+# now, in requests/s (negative past the limit); one query for both. Summed per host and over
+# the fleet in Python, so a host whose engine has no rate at its limit shows a dash, not 0.
+SPARE = (
+    "max by ({by}) (headroom_engine_rate_at_limit_requests_per_second{sel}) "
+    "- max by ({by}) (headroom_engine_requests_per_second{sel})"
+)
 # GPU figures that are a counter's rate: each GPU's mean power from its energy counter,
 # between its last two scrapes (irate): rate() over a range divides by the whole range, so
 # for a range's length after an agent starts it reads a fraction of the power.
@@ -48,6 +55,7 @@ def fleet_queries(host_label: str, matchers: str = "") -> dict[str, str]:
         )
     for field, family in ENGINE_FAMILIES.items():
         out[f"engine.{field}"] = f"max by ({by_engine}) ({family}{sel})"
+    out["engine.spare_rps"] = SPARE.format(by=by_engine, sel=sel)
     out["engine.first_limit"] = (
         f"max by ({by_engine}, limit) (headroom_engine_first_limit{sel} == 1)"
     )

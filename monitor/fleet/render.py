@@ -10,8 +10,14 @@ HEADER = (
     f"{'HOST / GPU / ENGINE':<34} {'WASTED':>6}  {'CAUSE':<14} {'CONF':>4} "
     f"{'DUTY':>5} {'SM':>5} {'RUN':>6} {'WAIT':>6} {'KV':>5}"
 )
+# Requests/s more each host (and engine) completes at its first limit than now.
+SPARE_HEADER = f" {'SPARE/S':>7}"
 # With a price: the waste in money an hour, the GPUs' power and energy per token.
 ENERGY_HEADER = f" {'$/HOUR':>8} {'POWER':>7} {'J/TOK':>7}"
+
+
+def spare_cell(v: float | None) -> str:
+    return f" {num(v, 2):>7}"
 
 
 def money(v: float | None) -> str:
@@ -78,6 +84,7 @@ def host_lines(h: FleetHost, detail: bool = True) -> list[str]:
             num(h.engine_sum("waiting")),
             pct(h.engine_max("kv_cache_usage")),
         )
+        + spare_cell(h.spare_rps)
         + energy_cells(
             h.wasted_cost_per_hour, h.power_watts, h.engine_max("energy_per_token_joules")
         )
@@ -116,6 +123,7 @@ def host_lines(h: FleetHost, detail: bool = True) -> list[str]:
                 num(e.waiting),
                 pct(e.kv_cache_usage),
             )
+            + spare_cell(e.spare_rps)
         )
     if h.stale:
         lines.append(f"  ! stale: {host_age(h)}")
@@ -134,6 +142,8 @@ def summary(fleet: Fleet) -> str:
             f", {money(fleet.wasted_cost_per_hour)} an hour at "
             f"{money(fleet.gpu_hour_price)}/GPU-hour"
         )
+    if fleet.spare_rps is not None:
+        text += f"; {num(fleet.spare_rps, 2)} req/s spare (rate at each limit - today's)"
     if stale:
         text += f"; {stale} stale"
     return text
@@ -141,7 +151,10 @@ def summary(fleet: Fleet) -> str:
 
 def render(fleet: Fleet, top: int | None = None, detail: bool = True) -> str:
     hosts = fleet.hosts if top is None else fleet.hosts[:top]
-    lines = [f"headroom fleet from {fleet.source}: {summary(fleet)}", HEADER + ENERGY_HEADER]
+    lines = [
+        f"headroom fleet from {fleet.source}: {summary(fleet)}",
+        HEADER + SPARE_HEADER + ENERGY_HEADER,
+    ]
     for h in hosts:
         lines.extend(host_lines(h, detail))
     if top is not None and len(fleet.hosts) > top:

@@ -23,8 +23,8 @@ from monitor.errors import HeadroomError
 from monitor.fleet.model import Fleet, FleetHost
 from monitor.fleet.render import count, host_age, money, num, pct, watts
 
-COLUMNS = ("host", "GPUs", "wasted", "cause", "conf", "duty", "SM", "run", "wait", "KV", "$/hour",
-           "power")  # fmt: skip
+COLUMNS = ("host", "GPUs", "wasted", "cause", "conf", "duty", "SM", "run", "wait", "KV", "spare/s",
+           "$/hour", "power")  # fmt: skip
 
 
 def _clock(t: float | None) -> str:
@@ -80,6 +80,7 @@ class FleetScreen(Screen):
                 num(h.engine_sum("running")),
                 num(h.engine_sum("waiting")),
                 pct(h.engine_max("kv_cache_usage")),
+                num(h.spare_rps, 2),
                 money(h.wasted_cost_per_hour),
                 watts(h.power_watts),
                 key=h.instance,
@@ -132,7 +133,7 @@ def host_text(h: FleetHost | None, instance: str) -> Text:
     if not h.gpus:
         text.append("no GPU series\n", style="dim")
     text.append("\nEngines\n", style="bold underline")
-    text.append(f"{'model/engine':<28} {'run':>6} {'wait':>6} {'KV':>5}  {'headroom':<14} verdict\n",
+    text.append(f"{'model/engine':<28} {'run':>6} {'wait':>6} {'KV':>5}  {'headroom':<14} {'spare/s':>7}  verdict\n",
                 style="bold")  # fmt: skip
     for e in h.engines:
         v = h.verdict_for(e.scope)
@@ -140,7 +141,7 @@ def host_text(h: FleetHost | None, instance: str) -> Text:
         if e.first_limit:
             room += f" {e.first_limit}"
         text.append(f"{(e.model_name + '/' + e.engine)[:28]:<28} {num(e.running):>6} "
-                    f"{num(e.waiting):>6} {pct(e.kv_cache_usage):>5}  {room:<14} "
+                    f"{num(e.waiting):>6} {pct(e.kv_cache_usage):>5}  {room:<14} {num(e.spare_rps, 2):>7}  "
                     f"{f'{v.cause} ({num(v.confidence, 2)})' if v else ''}\n")  # fmt: skip
         text.append(f"  {e.url}\n", style="dim")
     if not h.engines:
@@ -263,6 +264,7 @@ class FleetApp(App[int]):
                 if f.gpu_hour_price is not None
                 else ""
             )
+            + (f", {num(f.spare_rps, 2)} req/s spare" if f.spare_rps is not None else "")
             + (f", {stale} stale" if stale else "")
             + f"  at {_clock(f.time)}  enter: a host"
         )

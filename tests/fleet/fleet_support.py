@@ -32,7 +32,12 @@ FAMILIES = (
     "headroom_diagnosis_confidence",
     "headroom_diagnosis_rank",
     "headroom_agent_last_tick_timestamp_seconds",
+    "headroom_engine_rate_at_limit_requests_per_second",
+    "headroom_engine_requests_per_second",
 )
+# The spare-capacity expression names two families (rate at the limit less today's rate):
+# its canned answer is the difference, listed under this key.
+SPARE = "spare"
 
 
 def family_of(expr: str) -> str | None:
@@ -66,6 +71,8 @@ def _answer(canned: Canned, form: Mapping[str, Sequence[str]]) -> tuple[int, str
         return 401, "text/plain", b"Unauthorized"
     when = float(form["time"][0]) if "time" in form else EVAL_TIME
     family = family_of(expr) or ""
+    if "rate_at_limit" in expr and re.search(r"\)\s*-\s*max by", expr):
+        family = SPARE
     if "max_over_time" in expr:
         family += "[range]"
     result = [
@@ -157,6 +164,8 @@ def host(
         ):
             if key in e:
                 canned.add(family, labels, e[key])
+        if "at_limit" in e and "rps" in e:
+            canned.add(SPARE, labels, e["at_limit"] - e["rps"])
         if "limit" in e:
             canned.add("headroom_engine_first_limit", {**labels, "limit": e["limit"]}, 1.0)
     if age is not None:

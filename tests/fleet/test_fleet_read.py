@@ -82,8 +82,8 @@ def test_missing_readings_are_null_and_dashes_not_zero(capsys: pytest.CaptureFix
     assert rc == 0
     host_row = next(line for line in out.splitlines() if line.startswith("old-box:9402"))
     cells = host_row.split()
-    # wasted, cause, confidence, duty, SM, running, waiting, KV, $/hour, power, J/token
-    assert cells[1:] == ["-", "-", "-", "40%", "-", "3.0", "0.0", "-", "-", "-", "-"]
+    # wasted, cause, confidence, duty, SM, running, waiting, KV, spare, $/hour, power, J/token
+    assert cells[1:] == ["-", "-", "-", "40%", "-", "3.0", "0.0", "-", "-", "-", "-", "-"]
 
 
 def test_the_headline_cause_is_the_one_the_agent_leads_with(
@@ -115,13 +115,14 @@ def test_verdicts_engines_and_the_headline_cause(capsys: pytest.CaptureFixture[s
     assert h["engines"] == [{"url": "http://127.0.0.1:8000/metrics", "model_name": "m",
                              "engine": "0", "running": 64.0, "waiting": 20.0,
                              "kv_cache_usage": 0.4, "headroom_factor": 1.0,
-                             "first_limit": "seq-cap", "energy_per_token_joules": None}]  # fmt: skip
+                             "first_limit": "seq-cap", "energy_per_token_joules": None,
+                             "spare_rps": None}]  # fmt: skip
     with serve(canned) as url:
         _, out, _ = fleet(capsys, url)
     lines = out.splitlines()
     assert lines[0].endswith("1 host, 2 GPUs, 1 engine; 1.5 GPUs wasted (GPUs x (1 - SM active))")
     engine_row = next(line for line in lines if line.startswith("  m/0"))
-    assert engine_row.split() == ["m/0", "seq-cap", "0.95", "64.0", "20.0", "40%"]
+    assert engine_row.split() == ["m/0", "seq-cap", "0.95", "64.0", "20.0", "40%", "-"]
     gpu0 = next(line for line in lines if line.startswith("  gpu 0"))
     assert "memory-bound" in gpu0 and "20%" in gpu0
 
@@ -215,7 +216,7 @@ def test_two_servers_of_one_model_on_a_box_are_told_apart(
     with serve(canned) as url:
         _, out, _ = fleet(capsys, url)
     rows = [line.split() for line in out.splitlines() if line.startswith("  m/0")]
-    assert rows == [["m/0", ":8000", "1.0", "-", "-"], ["m/0", ":8001", "7.0", "-", "-"]]
+    assert rows == [["m/0", ":8000", "1.0", "-", "-", "-"], ["m/0", ":8001", "7.0", "-", "-", "-"]]
 
 
 def test_wasted_gpus_as_money_with_power_and_energy_per_token(
@@ -244,3 +245,30 @@ def test_wasted_gpus_as_money_with_power_and_energy_per_token(
     monkeypatch.delenv("HEADROOM_GPU_HOUR_PRICE")
     doc = fleet_json(capsys, canned)
     assert doc["hosts"][0]["wasted_cost_per_hour"] is None
+
+
+def test_spare_capacity_per_engine_host_and_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    # Box a: two engines with 3 and 1.5 req/s to spare; box b past its limit (-0.5); box c's
+    # engine finished nothing, so it has no rate at its limit: a dash, and nothing added.
+    canned = Canned()
+    host(canned, "a", [0.5], engines=[
+        {"url": "http://127.0.0.1:8000/metrics", "running": 4.0, "at_limit": 4.0, "rps": 1.0},
+        {"url": "http://127.0.0.1:8001/metrics", "running": 2.0, "at_limit": 2.0, "rps": 0.5},
+    ])  # fmt: skip
+    host(canned, "b", [0.9], engines=[{"running": 8.0, "at_limit": 3.0, "rps": 3.5}])
+    host(canned, "c", [0.1], engines=[{"running": 0.0, "rps": 0.0}])
+    doc = fleet_json(capsys, canned)
+    by_host = {h["instance"]: h for h in doc["hosts"]}
+    assert by_host["a"]["spare_rps"] == pytest.approx(4.5)
+    assert [e["spare_rps"] for e in by_host["a"]["engines"]] == pytest.approx([3.0, 1.5])
+    assert by_host["b"]["spare_rps"] == pytest.approx(-0.5)
+    assert by_host["c"]["spare_rps"] is None
+    assert doc["spare_rps"] == pytest.approx(4.0)
+    with serve(canned) as url:
+        _, out, _ = fleet(capsys, url)
+    lines = out.splitlines()
+    assert "4.00 req/s spare" in lines[0]
+    assert "SPARE/S" in lines[1]
+    row = {line.split()[0]: line.split() for line in lines[2:] if line and line[0] != " "}
+    # wasted, cause, confidence, duty, SM, running, waiting, KV, spare, ...
+    assert row["a"][9] == "4.50" and row["b"][9] == "-0.50" and row["c"][9] == "-"

@@ -26,12 +26,12 @@ def canned_fleet() -> Canned:
          verdicts=[("starved", "box", 0.85)],
          engines=[{"url": "http://10.0.0.7:8000/metrics", "model_name": "llama-3.1-70b",
                    "running": 3.0, "waiting": 0.0, "kv": 0.08, "headroom": 9.5,
-                   "limit": "seq-cap"}])  # fmt: skip
+                   "limit": "seq-cap", "at_limit": 14.2, "rps": 1.5}])  # fmt: skip
     host(canned, "gpu-03:9402", [0.6, 0.55], util=0.9,
          verdicts=[("seq-cap", SCOPE, 0.95), ("memory-bound", "gpu:0", 0.6)],
          engines=[{"url": "http://10.0.0.7:8000/metrics", "model_name": "llama-3.1-70b",
                    "running": 64.0, "waiting": 31.0, "kv": 0.41, "headroom": 1.0,
-                   "limit": "seq-cap"}])  # fmt: skip
+                   "limit": "seq-cap", "at_limit": 9.1, "rps": 9.1}])  # fmt: skip
     host(canned, "gpu-11:9402", [None], util=0.7, age=600.0,
          verdicts=[("compute-bound", "box", 0.9)])  # fmt: skip
     return canned
