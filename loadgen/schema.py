@@ -105,6 +105,9 @@ class SweepConfig(BaseModel):
     otlp_wait_s: float = 10.0
     # What one GPU costs an hour (--gpu-hour-price): each step's cost per million tokens.
     gpu_hour_price: float | None = None
+    # --target-rate: the boxes of this config that rate needs, with this share to spare.
+    target_rate_rps: float | None = None
+    capacity_margin: float = 0.2
 
 
 class GpuActivity(BaseModel):
@@ -268,6 +271,10 @@ class Saturation(BaseModel):
     # The closed-loop fit X(n) = n / (a + b n) to the measured steps, where it decided the
     # knee: the concurrency at which a doubling gains under the threshold.
     fitted_knee: float | None = None
+    # The saturation step's energy (GPU joules per output token) and, with a GPU-hour price,
+    # what a million output tokens cost there.
+    energy_per_token_joules: float | None = None
+    cost_per_million_tokens: float | None = None
 
 
 class Goodput(BaseModel):
@@ -279,6 +286,17 @@ class Goodput(BaseModel):
     requests_per_s: float | None = None
     step_index: int | None = None
     reason: str = ""
+
+
+class Capacity(BaseModel):
+    """The boxes of the swept config a target rate needs (loadgen.capacity)."""
+
+    target_rps: float
+    goodput_rps_per_box: float | None = None  # requests/s of the best step meeting the SLOs
+    margin: float  # the share held past the target: boxes = ceil(target / goodput x (1 + m))
+    boxes: int | None = None
+    basis: str
+    step_index: int | None = None
 
 
 class EnvironmentInfo(BaseModel):
@@ -333,3 +351,4 @@ class SweepResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     headroom_check: HeadroomCheck | None = None
     before: Before | None = None
+    capacity: Capacity | None = None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import analysis
+from loadgen.capacity import saturation_energy, sweep_capacity
 from loadgen.driver import LocustDriver, records_between
 from loadgen.engine_view import EngineView, engine_view
 from loadgen.otlp import PROTOCOL_HINT, TraceReceiver, median_request_parts
@@ -643,6 +644,11 @@ class Sweep:
             # The first step's estimate is of the box with the other traffic in it, and
             # there is no measured knee to hold it against.
             check = None
+        saturation = saturation_energy(self.steps, saturation)
+        capacity = None
+        if c.target_rate_rps is not None:
+            capacity = sweep_capacity(self.steps, c.slos, c.error_threshold, c.target_rate_rps,
+                                      c.capacity_margin)  # fmt: skip
         return SweepResult(
             config=c,
             environment=env,
@@ -653,6 +659,7 @@ class Sweep:
             notes=self.notes,
             headroom_check=check,
             before=self.before,
+            capacity=capacity,
         )
 
 

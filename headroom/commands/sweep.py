@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--target", required=True, help="the server's base URL (http://host:port)")
+    p.add_argument("--target", help="the server's base URL (http://host:port); required "
+                   "unless --from-results")  # fmt: skip
     p.add_argument("--model", help="model name (default: the first from /v1/models)")
     p.add_argument("--api", choices=("completions", "chat"), default="completions")
     load = p.add_mutually_exclusive_group()
@@ -154,8 +155,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--resume", action="store_true", help="continue a sweep in OUT from its steps.jsonl"
     )
+    p.add_argument(
+        "--target-rate",
+        metavar="RPS",
+        help="say how many boxes of this config serve RPS requests/s: the target over the "
+        "best step's goodput (the most req/s meeting every --slo), with --margin to spare",
+    )
+    p.add_argument(
+        "--margin",
+        default=0.2,
+        metavar="SHARE",
+        help="with --target-rate: capacity held past the target (default 0.2, i.e. 20%%)",
+    )
+    p.add_argument(
+        "--from-results",
+        metavar="DIR",
+        help="send no load: read DIR/sweep.json, add the capacity for --target-rate (with "
+        "--slo and --margin; else the sweep's SLOs) and rewrite sweep.json and report.html",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--out", metavar="DIR", help="output directory (required unless --from-results)")
 
 
 def _traffic_checks(args: argparse.Namespace) -> None:
@@ -251,6 +270,8 @@ def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=
         otlp_listen=_otlp_listen(args.otlp_listen),
         otlp_wait_s=args.otlp_wait,
         gpu_hour_price=gpu_hour_price(args),
+        target_rate_rps=getattr(args, "target_rate", None),
+        capacity_margin=getattr(args, "margin", 0.2),
     )
 
 
@@ -290,8 +311,53 @@ def knee_note(result: Any, load: float) -> str:
     return f" (seen past the knee; the step at {load:g} itself read {knee.verdict})"
 
 
-def run(args: argparse.Namespace) -> int:
+def from_results(args: argparse.Namespace) -> int:
+    """Capacity (and energy at saturation) added to a finished sweep, without any load."""
+    from pydantic import ValidationError
+
     from loadgen.analysis import parse_slo
+    from loadgen.capacity import capacity_line, energy_line, saturation_energy, sweep_capacity
+    from loadgen.outputs import write_all
+    from loadgen.schema import SweepResult
+
+    out = Path(args.from_results)
+    path = out / "sweep.json"
+    if args.target_rate is None:
+        raise ConfigError("--from-results: give --target-rate RPS (the rate to size for)")
+    try:
+        result = SweepResult.model_validate_json(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"--from-results {out}: cannot read {path}: {e.strerror}") from None
+    except ValidationError:
+        raise ConfigError(f"--from-results {out}: {path} is not a headroom sweep.json") from None
+    slos = dict(parse_slo(s) for s in args.slo) if args.slo else result.config.slos
+    cfg = result.config.model_copy(
+        update={"target_rate_rps": args.target_rate, "capacity_margin": args.margin, "slos": slos}
+    )
+    cap = sweep_capacity(result.steps, slos, cfg.error_threshold, args.target_rate, args.margin)
+    sat = saturation_energy(result.steps, result.saturation)
+    result = result.model_copy(update={"config": cfg, "capacity": cap, "saturation": sat})
+    write_all(out, result)
+    line = energy_line(sat)
+    if line:
+        print(line)
+    print(capacity_line(cap))
+    print(f"wrote {path} and report.html")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    read_numbers(args)  # a bad value is one line before anything else
+    if args.from_results:
+        return from_results(args)
+    if not args.target or not args.out:
+        raise ConfigError("give --target URL and --out DIR (or --from-results DIR)")
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from loadgen.analysis import parse_slo
+    from loadgen.capacity import capacity_line, energy_line
     from loadgen.preflight import normalise_target, probe_stream, resolve_model
     from loadgen.progress import Progress
     from loadgen.prompts import load_jsonl
@@ -370,6 +436,11 @@ def run(args: argparse.Namespace) -> int:
             if g.met
             else f"goodput: {g.reason}"
         )
+    line = energy_line(result.saturation) if sat.reached else None
+    if line:
+        progress.message(line)
+    if result.capacity is not None:
+        progress.message(capacity_line(result.capacity))
     progress.message(f"wrote {Path(args.out) / 'sweep.json'} and report.html ({result.stopped})")
     ok = ("complete", "saturated-by-errors", "saturated-before", "interrupted")
     return 0 if result.stopped in ok else 1

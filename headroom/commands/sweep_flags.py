@@ -73,6 +73,8 @@ RULES = (
     Rule("workers", int, 0),
     Rule("external_workers", int, 0),
     Rule("master_port", int, 1, high=65535),
+    Rule("target_rate", float, 0, above=True),
+    Rule("margin", float, 0, high=10),
 )
 
 

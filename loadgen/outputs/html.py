@@ -121,6 +121,17 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
         )
     else:
         parts.append(f"<p><b>Saturation not reached.</b> {_e(sat.reason)}</p>")
+    if sat.reached and sat.energy_per_token_joules is not None:
+        cost = (
+            f", ${sat.cost_per_million_tokens:,.2f} per million output tokens at "
+            f"${c.gpu_hour_price:,.2f}/GPU-hour"
+            if sat.cost_per_million_tokens is not None and c.gpu_hour_price is not None
+            else ""
+        )
+        parts.append(
+            f"<p><b>Energy at saturation:</b> {sat.energy_per_token_joules:.3g} J per output "
+            f"token{_e(cost)}.</p>"
+        )
     hc = result.headroom_check
     if hc is not None:
         est, meas = hc.in_mode(c.mode == "closed")
@@ -140,6 +151,15 @@ def render_html(result: SweepResult, plots: list[Path]) -> str:
             )
         else:
             parts.append(f"<p><b>Goodput</b> ({slos}): {_e(g.reason)}.</p>")
+    cap = result.capacity
+    if cap is not None:
+        parts.append(f"<p><b>Capacity</b> for {cap.target_rps:g} req/s: " + (
+            f"<b>{cap.boxes} box{'es' if cap.boxes != 1 else ''}</b> of this config "
+            f"(ceil({cap.target_rps:g} / {cap.goodput_rps_per_box:.3g} req/s per box x "
+            f"{1 + cap.margin:g})); {_e(cap.basis)}, {100 * cap.margin:.0f}% margin.</p>"
+            if cap.boxes is not None and cap.goodput_rps_per_box is not None
+            else f"unknown: {_e(cap.basis)}.</p>"
+        ))  # fmt: skip
     parts.append("</div><h2>Steps</h2><table><tr>")
     heads = ["#", unit, "req/s", "output tok/s", "TTFT p50 (s)", "TTFT p95 (s)", "ITL p50 (s)",
              "ITL p95 (s)", "e2e p50 (s)", "errors (%)", "client in flight (requests)",

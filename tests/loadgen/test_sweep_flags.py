@@ -23,6 +23,8 @@ def _closed_port() -> int:
 TABLE = [
     ("--concurrency", ["0", "-4", "1,0,4", "two", "1.5", ""], "positive integers"),
     ("--rates", ["0", "-1", "1,x", "nan"], "positive numbers"),
+    ("--target-rate", ["0", "-2", "x", "inf"], "a number above 0"),
+    ("--margin", ["-0.1", "11", "x"], "a number from 0 to 10"),
     ("--max-concurrency", ["0", "-2", "many"], "an integer, 1 or more"),
     ("--step-seconds", ["0", "-1", "inf", "x"], "a number above 0"),
     ("--warmup-seconds", ["-0.5", "x"], "a number, 0 or more"),
