@@ -647,13 +647,17 @@ def overview() -> dict[str, Any]:
             "GPU power from the energy counter",
             targets(
                 (
-                    f"rate(headroom_gpu_energy_joules_total{{{IG}}}[1m])",
+                    # irate: the last two samples in the range, so the panel reads full power
+                    # from an agent's second scrape; rate() over a range divides by all of it
+                    # and reads low for that long after an agent starts.
+                    f"irate(headroom_gpu_energy_joules_total{{{IG}}}[$__rate_interval])",
                     "GPU {{gpu}} ({{energy_from}})",
                 ),
             ),
             unit="watt",
             description=(
-                "The energy counter's rate: the mean power between readings, bursts included "
+                "The energy counter's rate between its last two readings: the mean power "
+                "between them, bursts included "
                 "(energy_from=power where the GPU has no counter and power is integrated)."
             ),
         ),

@@ -232,3 +232,39 @@ def test_the_agents_exposition_passes_promtool_lint(stack: Stack) -> None:
     )
     problems = (lint.stdout + lint.stderr).strip()
     assert lint.returncode == 0 and not problems, problems
+
+
+def _panel_expr(title: str) -> str:
+    for d in DASHBOARDS:
+        for panel_title, expr in promql_of(json.loads(d.read_text())):
+            if panel_title == title:
+                return substitute(expr)
+    raise AssertionError(f"no panel {title!r}")
+
+
+def test_the_power_panel_reads_full_power_from_the_agents_first_scrapes(stack: Stack) -> None:
+    # The agent's energy counter starts at 0 J: a rate over a minute divides a few seconds'
+    # joules by the whole minute and reads a fraction of the power for the first minute.
+    # The panel must read the board's power from the counter's second sample on.
+    expr = _panel_expr("GPU power from the energy counter")
+    samples = wait_until(
+        lambda: (
+            (s := stack.vector("headroom_gpu_energy_joules_total[10m]"))
+            and len(s[0]["values"]) >= 4
+            and s[0]["values"]
+        ),
+        timeout=30,
+    )
+    at = float(samples[3][0])  # the fourth scrape: seconds after the agent started
+
+    def at_time(q: str) -> float:
+        r = httpx.get(stack.prom_url + "/api/v1/query", params={"query": q, "time": at},
+                      timeout=30).json()  # fmt: skip
+        assert r["status"] == "success" and r["data"]["result"], (q, r)
+        return float(r["data"]["result"][0]["value"][1])
+
+    # The counter's own mean power over the scrapes so far, and the panel's reading then.
+    t0, j0 = float(samples[0][0]), float(samples[0][1])
+    mean_watts = (float(samples[3][1]) - j0) / (at - t0)
+    assert mean_watts > 70.0  # the simulated H100's idle floor: it is working
+    assert at_time(expr) == pytest.approx(mean_watts, rel=0.25)
