@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -99,11 +100,13 @@ def main() -> int:
             sweep = json.loads((out / "sweep.json").read_text())
             sat = sweep["saturation"]
             knee_rps = sat["requests_per_s"]
+            lightest = min(sweep["steps"], key=lambda st: st["concurrency"])
             at_limit, now_rps, limit = own[name]
             measured = knee_rps - now_rps
             fleet_spare = by_name[name]["spare_rps"]
             rows.append((name, cap, rate, now_rps, at_limit, limit, fleet_spare,
-                         sat["concurrency"], sat["cause"], knee_rps, measured))  # fmt: skip
+                         sat["concurrency"], sat["cause"], knee_rps, measured,
+                         lightest["e2e_p50_s"], cap / knee_rps, cap / at_limit))  # fmt: skip
     finally:
         for a in agents:
             a.kill()
@@ -124,15 +127,23 @@ def main() -> int:
         f"{'fleet/measured':>14}",
     ]
     for r in rows:
-        name, cap, rate, now_rps, at_limit, limit, spare, kc, cause, knee, meas = r
+        name, cap, rate, now_rps, at_limit, limit, spare, kc, cause, knee, meas = r[:11]
         ratio = spare / meas if spare is not None and meas else None
         lines.append(
             f"{name:<6} {cap:>4} {rate:>5.1f} {now_rps:>8.2f} {at_limit:>9.2f} {limit:<8} "
             f"{spare if spare is None else f'{spare:.2f}':>11} {kc:>6} {cause or '-':<8} "
             f"{knee:>8.2f} {meas:>8.2f} {ratio if ratio is None else f'{ratio:.2f}':>14}"
         )
+    lines.append("")
+    lines.append(
+        "request time (e2e, s): the sweep's lightest step's p50, at the knee (cap / knee "
+        "req/s), and what the rate at the limit assumes (cap / rate at limit)"
+    )
+    for r in rows:
+        lines.append(f"{r[0]:<6} lightest {r[11]:.3f}  knee {r[12]:.3f}  assumed {r[13]:.3f}")
+    lines.append(f"load average while it ran: {os.getloadavg()[0]:.1f} (2 cores)")
     total_fleet = fleet.get("spare_rps")
-    total_meas = sum(r[-1] for r in rows)
+    total_meas = sum(r[10] for r in rows)
     lines.append(
         f"total: fleet spare {total_fleet:.2f} req/s, measured {total_meas:.2f} req/s, "
         f"fleet/measured {total_fleet / total_meas:.2f} (goal 0.75-1.25)"
