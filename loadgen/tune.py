@@ -157,7 +157,11 @@ class Tuner:
                 raise ConfigError(
                     f"--resume: {TUNE_JSON} was made with another --{key if key != 'mode' else 'grid'}"
                 )
-        self.state.update(runs=old.get("runs") or [], wall_s=float(old.get("wall_s") or 0.0))
+        runs = list(old.get("runs") or [])
+        if runs and runs[-1].get("status") == "failed":
+            # The engine that failed to start is tried again (its cause may be fixed by now).
+            runs.pop()
+        self.state.update(runs=runs, wall_s=float(old.get("wall_s") or 0.0))
         self.state["stopped"] = None
         if self.state["runs"]:
             self.progress.message(f"resuming after {len(self.state['runs'])} runs")

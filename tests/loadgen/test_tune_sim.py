@@ -70,6 +70,10 @@ def test_engine_that_exits_is_one_line_and_a_failed_run(tmp_path: Path, capsys) 
     (r0,) = t["runs"]
     assert r0["status"] == "failed" and "no GPU found" in r0["error"]
     assert t["best"] is None and t["stopped"].startswith("run 0 failed")
+    # Resumed, the run that failed is launched again (the cause may be fixed by now).
+    assert tune(out, "--resume", launch=launch) == 1
+    assert "run 0" in capsys.readouterr().err
+    assert len(json.loads((out / "tune.json").read_text())["runs"]) == 1
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,104 @@
+"""`headroom tune` against `headroom tune --grid` on the simulator (run by hand; results committed).
+
+Both launch `headroom sim` per run (real time, short steps) and sweep it adaptively; the grid
+runs every combination of max_num_seqs x max_num_batched_tokens, as vLLM's auto_tune grids
+its two knobs; the tune starts at the smallest values and follows the knee's cause. The goal:
+the tune's best within 5% of the grid's best in at most a third of its runs.
+
+    .venv/bin/python bench/tune_vs_grid_sim.py [--out bench/results/tune_vs_grid_sim.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEQS = [8, 16, 32, 64]
+TOKENS = [2048, 4096, 8192]
+SWEEP = ["--step-seconds", "3", "--warmup-seconds", "1", "--sample-interval", "0.5",
+         "--input-tokens", "128", "--output-tokens", "32", "--max-concurrency", "256", "--quiet"]  # fmt: skip
+
+
+def tune(scenario: str, out: Path, grid: bool) -> dict:
+    launch = (f"{sys.executable} -m headroom sim --scenario {scenario} --no-load "
+              "--listen 127.0.0.1:{port} --max-num-seqs {max_num_seqs} "
+              "--max-num-batched-tokens {max_num_batched_tokens}")  # fmt: skip
+    knobs = (
+        [
+            f"max_num_seqs={','.join(map(str, SEQS))}",
+            f"max_num_batched_tokens={','.join(map(str, TOKENS))}",
+        ]
+        if grid
+        else [
+            f"max_num_seqs={SEQS[0]}:{SEQS[-1]}",
+            f"max_num_batched_tokens={TOKENS[0]}:{TOKENS[-1]}",
+        ]
+    )
+    cmd = [sys.executable, "-m", "headroom", "tune", "--launch", launch,
+           "--target", "http://127.0.0.1:{port}",
+           "--dcgm-exporter", "http://127.0.0.1:{port}/gpu/metrics",
+           *[x for k in knobs for x in ("--knob", k)], *SWEEP, "--out", str(out)]  # fmt: skip
+    if grid:
+        cmd.append("--grid")
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    return json.loads((out / "tune.json").read_text())
+
+
+def row(name: str, t: dict) -> str:
+    b = t["best"] or {}
+    knobs = " ".join(f"{k}={v}" for k, v in (b.get("knobs") or {}).items())
+    return (f"  {name:<5} runs {len(t['runs']):>2}  wall {t['wall_s']:>6.0f} s  best run {b.get('run')}"
+            f" ({knobs}): {b.get('throughput_tok_s')} tok/s at concurrency "
+            f"{b.get('saturation_concurrency')}; stopped: {t['stopped']}")  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tune_vs_grid_sim.txt")
+    p.add_argument("--scenarios", default="seq-cap")
+    args = p.parse_args()
+    rows = [
+        "# headroom tune vs --grid on the simulator (bench/tune_vs_grid_sim.py)",
+        f"# {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()} (2 shared cores); real time, "
+        f"steps {' '.join(SWEEP[:6])}; grid max_num_seqs {SEQS} x max_num_batched_tokens {TOKENS}",
+        "",
+    ]
+    for scenario in args.scenarios.split(","):
+        work = Path(tempfile.mkdtemp(prefix="tune-bench-"))
+        try:
+            t = tune(scenario, work / "tune", grid=False)
+            g = tune(scenario, work / "grid", grid=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        tb = (t["best"] or {}).get("throughput_tok_s") or 0.0
+        gb = (g["best"] or {}).get("throughput_tok_s") or 0.0
+        ok_tok = gb and tb >= 0.95 * gb
+        ok_runs = 3 * len(t["runs"]) <= len(g["runs"])
+        rows += [f"{scenario}:", row("tune", t), row("grid", g),
+                 f"  tune's best / grid's best {tb / gb if gb else float('nan'):.3f} "
+                 f"({'within' if ok_tok else 'NOT within'} 5%); runs {len(t['runs'])} of "
+                 f"{len(g['runs'])} ({'at most' if ok_runs else 'MORE than'} a third)"]  # fmt: skip
+        rows.append("  tune's path: " + "; ".join(
+            f"run {r['index']} {r['knobs']} knee {r.get('saturation_concurrency')} "
+            f"{r.get('throughput_tok_s')} tok/s {r.get('cause')}" for r in t["runs"]))  # fmt: skip
+        rows.append("  predictions: " + "; ".join(
+            f"{x['knob']} {x['from']}->{x['to']} predicted {x['predicted_tok_s']} measured "
+            f"{x['measured_tok_s']} (x{x['ratio']})" for x in t["predictions"]))  # fmt: skip
+        rows.append("  grid: " + "; ".join(
+            f"{r['knobs']['max_num_seqs']}/{r['knobs']['max_num_batched_tokens']}: "
+            f"{r.get('throughput_tok_s')}" for r in g["runs"]))  # fmt: skip
+        rows.append("")
+        print("\n".join(rows[-7:]), flush=True)
+    args.out.write_text("\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
