@@ -21,27 +21,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SEQS = [8, 16, 32, 64]
-TOKENS = [2048, 4096, 8192]
+# scenario: each knob's grid values (the tune goes from the first to the last).
+GRIDS: dict[str, dict[str, list[int]]] = {
+    "seq-cap": {"max_num_seqs": [8, 16, 32, 64], "max_num_batched_tokens": [2048, 4096, 8192]},
+    "kv-cap": {"num_blocks": [320, 640, 1280, 2560], "max_num_seqs": [64, 128, 256]},
+}
 SWEEP = ["--step-seconds", "3", "--warmup-seconds", "1", "--sample-interval", "0.5",
          "--input-tokens", "128", "--output-tokens", "32", "--max-concurrency", "256", "--quiet"]  # fmt: skip
 
 
 def tune(scenario: str, out: Path, grid: bool) -> dict:
+    values = GRIDS[scenario]
     launch = (f"{sys.executable} -m headroom sim --scenario {scenario} --no-load "
-              "--listen 127.0.0.1:{port} --max-num-seqs {max_num_seqs} "
-              "--max-num-batched-tokens {max_num_batched_tokens}")  # fmt: skip
-    knobs = (
-        [
-            f"max_num_seqs={','.join(map(str, SEQS))}",
-            f"max_num_batched_tokens={','.join(map(str, TOKENS))}",
-        ]
-        if grid
-        else [
-            f"max_num_seqs={SEQS[0]}:{SEQS[-1]}",
-            f"max_num_batched_tokens={TOKENS[0]}:{TOKENS[-1]}",
-        ]
-    )
+              "--listen 127.0.0.1:{port}")  # fmt: skip
+    launch += "".join(f" --{k.replace('_', '-')} {{{k}}}" for k in values)
+    knobs = [
+        f"{k}={','.join(map(str, v))}" if grid else f"{k}={v[0]}:{v[-1]}" for k, v in values.items()
+    ]
     cmd = [sys.executable, "-m", "headroom", "tune", "--launch", launch,
            "--target", "http://127.0.0.1:{port}",
            "--dcgm-exporter", "http://127.0.0.1:{port}/gpu/metrics",
@@ -64,11 +60,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tune_vs_grid_sim.txt")
     p.add_argument("--scenarios", default="seq-cap")
+    p.add_argument("--append", action="store_true", help="add to the results file")
     args = p.parse_args()
     rows = [
         "# headroom tune vs --grid on the simulator (bench/tune_vs_grid_sim.py)",
         f"# {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()} (2 shared cores); real time, "
-        f"steps {' '.join(SWEEP[:6])}; grid max_num_seqs {SEQS} x max_num_batched_tokens {TOKENS}",
+        f"steps {' '.join(SWEEP[:6])}; the grid: every combination of each scenario's values, "
+        "the tune: from the first values, each bounded by the last",
         "",
     ]
     for scenario in args.scenarios.split(","):
@@ -82,7 +80,8 @@ def main() -> None:
         gb = (g["best"] or {}).get("throughput_tok_s") or 0.0
         ok_tok = gb and tb >= 0.95 * gb
         ok_runs = 3 * len(t["runs"]) <= len(g["runs"])
-        rows += [f"{scenario}:", row("tune", t), row("grid", g),
+        grid_said = " x ".join(f"{k} {v}" for k, v in GRIDS[scenario].items())
+        rows += [f"{scenario} ({grid_said}):", row("tune", t), row("grid", g),
                  f"  tune's best / grid's best {tb / gb if gb else float('nan'):.3f} "
                  f"({'within' if ok_tok else 'NOT within'} 5%); runs {len(t['runs'])} of "
                  f"{len(g['runs'])} ({'at most' if ok_runs else 'MORE than'} a third)"]  # fmt: skip
@@ -93,10 +92,12 @@ def main() -> None:
             f"{x['knob']} {x['from']}->{x['to']} predicted {x['predicted_tok_s']} measured "
             f"{x['measured_tok_s']} (x{x['ratio']})" for x in t["predictions"]))  # fmt: skip
         rows.append("  grid: " + "; ".join(
-            f"{r['knobs']['max_num_seqs']}/{r['knobs']['max_num_batched_tokens']}: "
-            f"{r.get('throughput_tok_s')}" for r in g["runs"]))  # fmt: skip
+            f"{'/'.join(str(v) for v in r['knobs'].values())}: {r.get('throughput_tok_s')}"
+            for r in g["runs"]))  # fmt: skip
         rows.append("")
         print("\n".join(rows[-7:]), flush=True)
+    if args.out.exists() and args.append:
+        rows = args.out.read_text().rstrip("\n").splitlines() + [""] + rows[1:]
     args.out.write_text("\n".join(rows) + "\n")
 
 
