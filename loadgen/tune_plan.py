@@ -229,6 +229,11 @@ def _whatif_for(
     return None
 
 
+def _value(knob: KnobSpec, v: float) -> float:
+    """A whole-number knob's value as an integer (in tune.json and the next command)."""
+    return v if knob.name in FLOAT_KNOBS else int(v)
+
+
 def _clip(knob: KnobSpec, value: float) -> float:
     v = min(value, knob.bound if knob.bound is not None else value)
     return v if knob.name in FLOAT_KNOBS else float(int(v))
@@ -289,9 +294,9 @@ def decide(
         base = run.get("throughput_tok_s") or 0.0
         return Decision(
             knob=knob.name,
-            current=now,
-            proposed=proposed,
-            to=to,
+            current=_value(knob, now),
+            proposed=_value(knob, proposed),
+            to=_value(knob, to),
             gain=round(gain, 3),
             predicted_tok_s=round(base * gain, 1),
             whatif=dict(w),

@@ -31,6 +31,7 @@ def test_seq_cap_knee_raises_max_num_seqs_by_the_whatif() -> None:
     d = plan.decide(SWEEP, run, knobs, {"max_num_seqs": 8})
     assert d.stop is None
     assert (d.knob, d.current, d.to) == ("max_num_seqs", 8, 16)
+    assert isinstance(d.to, int)  # the next command reads --max-num-seqs 16, not 16.0
     # The knee's window (its own step first) gave the prediction: about twice the tokens.
     assert d.step_concurrency == 8
     assert 1.8 < d.gain < 2.1
