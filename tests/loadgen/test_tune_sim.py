@@ -90,3 +90,41 @@ def test_bad_template_is_one_line_before_any_launch(tmp_path: Path, capsys, laun
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
     assert not (out / "tune.json").exists()
+
+
+def test_ctrl_c_stops_the_engine_and_keeps_tune_json(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    marker = str(tmp_path / "engine-alive")
+    # An engine that never answers, and says it is alive while it runs.
+    code = (
+        "import pathlib, signal, sys, time\n"
+        f"p = pathlib.Path({marker!r})\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+        "p.touch()\n"
+        "try:\n    time.sleep(60)\nfinally:\n    p.unlink()\n"
+    )
+    script = tmp_path / "engine.py"
+    script.write_text(code)
+    engine = f"{sys.executable} {script} {{max_num_seqs}}"
+    out = tmp_path / "t"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headroom", "tune", "--launch", engine, "--target",
+         "http://127.0.0.1:1", "--knob", "max_num_seqs=8:16", "--quiet", "--out", str(out)],
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not Path(marker).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert Path(marker).exists()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130
+    t = json.loads((out / "tune.json").read_text())
+    assert t["stopped"] == "interrupted" and t["runs"] == []
+    # The engine's process group was sent SIGTERM: the engine ended and cleaned up.
+    deadline = time.monotonic() + 10
+    while Path(marker).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(marker).exists()
