@@ -30,8 +30,8 @@ SWEEP = ["--step-seconds", "3", "--warmup-seconds", "1", "--sample-interval", "0
          "--input-tokens", "128", "--output-tokens", "32", "--max-concurrency", "256", "--quiet"]  # fmt: skip
 
 
-def tune(scenario: str, out: Path, grid: bool) -> dict:
-    values = GRIDS[scenario]
+def tune(scenario: str, out: Path, grid: bool, values: dict[str, list[int]] | None = None) -> dict:
+    values = values or GRIDS[scenario]
     launch = (f"{sys.executable} -m headroom sim --scenario {scenario} --no-load "
               "--listen 127.0.0.1:{port}")  # fmt: skip
     launch += "".join(f" --{k.replace('_', '-')} {{{k}}}" for k in values)
@@ -61,6 +61,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tune_vs_grid_sim.txt")
     p.add_argument("--scenarios", default="seq-cap")
     p.add_argument("--append", action="store_true", help="add to the results file")
+    p.add_argument("--noise", metavar="SCENARIO:K=V,V K=V,V",
+                   help="only launch these grid values again (repeat a value to repeat a run)")  # fmt: skip
     args = p.parse_args()
     rows = [
         "# headroom tune vs --grid on the simulator (bench/tune_vs_grid_sim.py)",
@@ -69,7 +71,7 @@ def main() -> None:
         "the tune: from the first values, each bounded by the last",
         "",
     ]
-    for scenario in args.scenarios.split(","):
+    for scenario in [] if args.noise else args.scenarios.split(","):
         work = Path(tempfile.mkdtemp(prefix="tune-bench-"))
         try:
             t = tune(scenario, work / "tune", grid=False)
@@ -96,6 +98,26 @@ def main() -> None:
             for r in g["runs"]))  # fmt: skip
         rows.append("")
         print("\n".join(rows[-7:]), flush=True)
+    if args.noise:
+        # The same configs launched again: how far apart two runs of one config measure.
+        scenario, _, spec = args.noise.partition(":")
+        values = {
+            k: [int(x) for x in v.split(",")] for k, v in (kv.split("=") for kv in spec.split())
+        }
+        rows = rows[:2] + [""]
+        work = Path(tempfile.mkdtemp(prefix="tune-bench-"))
+        try:
+            g = tune(scenario, work / "noise", grid=True, values=values)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        rows.append(
+            f"{scenario}, the same configs again (run-to-run spread, --noise '{args.noise}'):"
+        )
+        rows.append("  " + "; ".join(
+            f"{'/'.join(str(v) for v in r['knobs'].values())}: {r.get('throughput_tok_s')} "
+            f"({r.get('cause')})" for r in g["runs"]))  # fmt: skip
+        rows.append("")
+        print("\n".join(rows[-3:]), flush=True)
     if args.out.exists() and args.append:
         rows = args.out.read_text().rstrip("\n").splitlines() + [""] + rows[1:]
     args.out.write_text("\n".join(rows) + "\n")
