@@ -40,6 +40,10 @@ def test_tune_follows_seq_cap_and_resumes(tmp_path: Path) -> None:
     d = r0["decision"]
     assert d["knob"] == "max_num_seqs" and d["current"] == 8 and d["to"] == 16
     assert (out / "run-00" / "sweep.json").exists() and (out / "tune.md").exists()
+    # Each step keeps its window's what-if in sweep.json; the CSV leaves the list out.
+    steps = json.loads((out / "run-00" / "sweep.json").read_text())["steps"]
+    assert any(w["knob"] == "max_num_seqs" for s in steps for w in s["whatif"] or [])
+    assert "whatif" not in (out / "run-00" / "steps.csv").read_text().splitlines()[0].split(",")
     assert t["stopped"] == "--max-runs 1 reached"
     first = (out / "run-00" / "steps.jsonl").stat().st_mtime_ns
 
