@@ -255,6 +255,10 @@ def decide(
         return Decision(stop=f"the SLO binds before the knee (met up to {g:g}, knee at {k:g})")
     if not run.get("saturated"):
         return Decision(stop="the sweep found no knee (raise --max-concurrency)")
+    if cause == "client-limited":
+        # The engine had room the load generator could not fill: no knob of the engine's helps.
+        return Decision(stop="the load generator was the limit at the knee (client-limited), "
+                        "not the engine: its next knee is unmeasured here")  # fmt: skip
     named = [x for x in knobs if CAUSE_OF[WHATIF_KNOB[x.name]] == cause]
     if not named:
         given = ", ".join(x.name for x in knobs)

@@ -57,6 +57,15 @@ def test_stops_when_the_cause_names_no_knob_given() -> None:
     assert d.knob is None and "seq-cap" in d.stop and "max_num_batched_tokens" in d.stop
 
 
+def test_stops_where_the_load_generator_was_the_limit() -> None:
+    sweep = copy.deepcopy(SWEEP)
+    sweep["saturation"]["cause"] = "client-limited"
+    d = plan.decide(
+        sweep, _run(sweep), plan.parse_knobs(["max_num_seqs=8:64"], False), {"max_num_seqs": 8}
+    )
+    assert d.knob is None and "load generator" in d.stop
+
+
 def test_stops_under_five_percent_predicted_gain() -> None:
     sweep = copy.deepcopy(SWEEP)
     for s in sweep["steps"]:
