@@ -1,4 +1,4 @@
-"""`headroom`: one command, eight subcommands. Parses flags and wires the parts.
+"""`headroom`: one command, nine subcommands. Parses flags and wires the parts.
 
 Each subcommand lives in ``headroom/commands/<name>.py`` with ``add_parser`` and
 ``run``; a command's heavy imports (the simulator, the load generator, Textual)
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from monitor.errors import HeadroomError
 
-COMMANDS = ("demo", "watch", "snapshot", "agent", "sim", "sweep", "profile", "fleet")
+COMMANDS = ("demo", "watch", "snapshot", "agent", "sim", "sweep", "tune", "profile", "fleet")
 
 
 def build_parser() -> argparse.ArgumentParser:

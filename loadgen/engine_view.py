@@ -47,6 +47,7 @@ class EngineView:
     # The first engine's headroom figure and TTFT parts over the hold (figures.engine_analysis).
     headroom: dict[str, Any] | None = None
     ttft_parts: dict[str, Any] | None = None
+    whatif: list[dict[str, Any]] | None = None
     # Readings of the engine's gauges over the hold (the fewest of any engine): what the
     # in-flight mean's resolution is.
     readings: int | None = None
@@ -108,6 +109,7 @@ def engine_view(window: WindowStats) -> EngineView:
         verdicts=verdicts,
         headroom=first.get("headroom"),
         ttft_parts=first.get("ttft_parts"),
+        whatif=first.get("whatif"),
         readings=min((e.samples for e in es), default=None),
         energy=window_energy(window),
     )

@@ -218,6 +218,9 @@ class StepResult(BaseModel):
     # The monitor's estimate, from this step's window, of how much more load fits
     # (factor, limit, concurrency_at_limit, rate_at_limit_rps, limits, assumes).
     headroom: dict | None = None
+    # The monitor's what-if from this step's window (engines[].whatif of a snapshot): the
+    # change to the leading limit's knob and what it is predicted to buy.
+    whatif: list[dict] | None = None
     # TTFT split: queue_s, prefill_s, engine_other_s (engine means) and outside_s, the
     # client's TTFT p50 beyond the engine's (network, gateway, a late client).
     ttft_parts: dict | None = None

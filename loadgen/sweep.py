@@ -417,6 +417,7 @@ class Sweep:
             verdict_summary=e.verdict_summary,
             verdicts=e.verdicts,
             headroom=e.headroom,
+            whatif=e.whatif,
             **step_energy(e.energy, cs.output_tokens_per_s, cs.requests_per_s, c.gpu_hour_price),
             ttft_parts=_with_median_request(
                 _with_outside(

@@ -40,10 +40,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="POST each finished request's trace span there (OTLP/HTTP protobuf), as vLLM does",
     )
+    add_engine_flags(parser)
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     # start_sim passes its own PID: a simulator whose caller died (a closed terminal,
     # a killed test) must not go on burning CPU.
     parser.add_argument("--exit-with-parent", type=int, default=None, help=argparse.SUPPRESS)
+
+
+# Engine settings a launch command can give, as vLLM's flags of the same names (a tuner
+# relaunches the box with one changed); each lies over the scenario and --config.
+ENGINE_FLAGS = ("max_num_seqs", "num_blocks", "max_num_batched_tokens")
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    for name in ENGINE_FLAGS:
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"the engine's {name} (over the scenario's and --config's)",
+        )
+
+
+def with_engine_flags(cfg: SimConfig, args: argparse.Namespace) -> SimConfig:
+    given = {n: getattr(args, n) for n in ENGINE_FLAGS if getattr(args, n, None) is not None}
+    if not given:
+        return cfg
+    return apply_overrides(cfg, {"engine": given}, "flags")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -140,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.exit_with_parent is not None:
         _exit_with_parent(args.exit_with_parent)
     try:
-        cfg = resolve(args.scenario, args.config)
+        cfg = with_engine_flags(resolve(args.scenario, args.config), args)
         host, port = parse_listen(args.listen)
 
         def announce(url: str) -> None:

@@ -49,18 +49,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "of the same name does: its queue, prefill and first-token times"
         ),
     )
+    for flag in ("--max-num-seqs", "--num-blocks", "--max-num-batched-tokens"):
+        p.add_argument(flag, metavar="N",
+                       help=f"the engine's {flag[2:].replace('-', '_')} (over the scenario's and "
+                       "--config's)")  # fmt: skip
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.cli import list_scenarios, parse_listen, resolve, serve
+    from simulator.cli import (
+        ENGINE_FLAGS,
+        list_scenarios,
+        parse_listen,
+        resolve,
+        serve,
+        with_engine_flags,
+    )
     from simulator.errors import SimConfigError, SimError
 
     if args.list:
         print(list_scenarios())
         return 0
     try:
-        cfg = resolve(args.scenario, args.config)
+        for name in ENGINE_FLAGS:
+            text = getattr(args, name)
+            if text is not None:
+                if not text.strip().isdigit() or int(text) < 1:
+                    flag = "--" + name.replace("_", "-")
+                    raise ConfigError(f"{flag} {text}: want an integer, 1 or more")
+                setattr(args, name, int(text))
+        cfg = with_engine_flags(resolve(args.scenario, args.config), args)
         host, port = parse_listen(args.listen)
 
         def announce(url: str) -> None:

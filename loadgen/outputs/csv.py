@@ -9,7 +9,7 @@ from pathlib import Path
 
 from loadgen.schema import StepResult
 
-_SKIP = {"verdicts", "errors_sample", "gpu", "schema_version"}
+_SKIP = {"verdicts", "whatif", "errors_sample", "gpu", "schema_version"}
 
 
 def columns() -> list[str]:
