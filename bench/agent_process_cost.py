@@ -182,6 +182,7 @@ def main() -> None:
             ROOT,
         ),
     }
+    envs: dict[str, dict[str, str]] = {}
     gpus = 0 if args.no_nvml else gpu_count()
     if gpus >= 2:
         # Each further GPU's cost: the same agent on one GPU and on every GPU, side by side.
@@ -189,6 +190,18 @@ def main() -> None:
             [*agent, "--no-host", "--gpu", "0"],
             ROOT,
         )
+    # The NVML energy counter (read every 30 s by default) against the same agent with it
+    # off, side by side; "(again)" rows run the same configuration twice, so the difference
+    # can be read against the spread between two identical agents.
+    energy_off = {"HEADROOM_GPU_ENERGY_EVERY": "0"}
+    if not args.no_nvml:
+        for name in ("agent --interval 1", "agent --interval 0.1"):
+            argv, cwd = configs[name]
+            configs[f"{name}, energy off"] = (argv, cwd)
+            envs[f"{name}, energy off"] = energy_off
+        for name in ("agent --interval 1", "agent --interval 1, energy off"):
+            configs[f"{name} (again)"] = configs[name]
+            envs[f"{name} (again)"] = envs.get(name, {})
     if args.before is not None:
         for name in ("agent --interval 1", "agent --interval 0.1"):
             argv, _ = configs[name]
@@ -202,7 +215,7 @@ def main() -> None:
         port = free_port()
         # This checkout (or the one before) first, then what the path held (wheels).
         path = os.pathsep.join([str(cwd), os.environ.get("PYTHONPATH", "")])
-        env = {**os.environ, "PYTHONPATH": path}
+        env = {**os.environ, **envs.get(name, {}), "PYTHONPATH": path}
         procs[name] = (
             subprocess.Popen(
                 [sys.executable, *argv, "--listen", f"127.0.0.1:{port}"],
