@@ -269,3 +269,13 @@ def test_every_metric_family_and_alert_is_on_the_metrics_page() -> None:
             for rule in group["rules"]:
                 name = rule.get("alert") or rule["record"]
                 assert f"`{name}`" in page, f"docs/metrics.md does not list {name} ({rules.name})"
+
+
+def test_readme_links_lead_to_files_that_exist() -> None:
+    # mkdocs checks the pages' links; the README is outside docs/, so its links are checked here.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if not re.match(r"^[a-z]+:", t)]
+    assert len(local) >= 10
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
