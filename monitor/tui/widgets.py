@@ -128,12 +128,14 @@ class Panel(Widget, can_focus=True):
         if drawn is None or drawn[0] != width or len(drawn[2]) != len(lines):
             self.refresh(layout=True)
             return
-        regions = []
-        for y, (old, new) in enumerate(zip(drawn[2], lines)):
-            if old != new:
-                x0, x1 = changed_cells(old, new, width)
-                regions.append(Region(x0, y, x1 - x0, 1))
-        self.refresh(*regions)
+        regions = [
+            Region(x0, y, x1 - x0, 1)
+            for y, (old, new) in enumerate(zip(drawn[2], lines))
+            if old != new
+            for x0, x1 in changed_runs(old, new, width)
+        ]
+        if regions:
+            self.refresh(*regions)
 
     def hold(self, key: str, ratio: float | None) -> float | None:
         """A ratio as shown: the percentage last shown while the reading stays within a
@@ -171,33 +173,36 @@ def screen_lines(text: Text, width: int, console: Any) -> list[Text]:
     return list(text.wrap(console, max(1, width)))
 
 
-def changed_cells(old: Text, new: Text, width: int) -> tuple[int, int]:
-    """The columns [x0, x1) of a line that differ in character or style between two draws.
+# Unchanged cells between two changed runs of a line that are written anyway rather than
+# starting a new run: a run costs a cursor move and its colours (~30 bytes), a cell ~1-3.
+RUN_GAP = 12
 
-    Textual repaints a dirty region from the left edge of the widget to the region's right
-    end, so a change near the left of a line costs a few cells, not the whole line.
-    """
+
+def changed_runs(old: Text, new: Text, width: int) -> list[tuple[int, int]]:
+    """The runs of columns [x0, x1) of a line that differ in character or style between
+    two draws, those closer than ``RUN_GAP`` cells joined (the screen writes these alone:
+    a bar's end and its figure, not the line up to them)."""
     a, b = old.plain, new.plain
     if cell_len(a) != len(a) or cell_len(b) != len(b):
-        return 0, width  # wide characters: cells are not characters, repaint it all
-    spans: list[tuple[int, int]] = []
-    if a != b:
-        n = min(len(a), len(b))
-        x0 = next((i for i in range(n) if a[i] != b[i]), n)
-        x1 = max(len(a), len(b))
-        while x1 > x0 and x1 <= n and a[x1 - 1] == b[x1 - 1]:
-            x1 -= 1
-        spans.append((x0, x1))
-    if old.spans != new.spans or old.style != new.style:
-        n = max(len(a), len(b))
+        return [(0, width)]  # wide characters: cells are not characters, repaint it all
+    n = min(width, max(len(a), len(b)))
+    if old.spans == new.spans and old.style == new.style:
+        diff = [i for i in range(n) if _at(a, i) != _at(b, i)]
+    else:
         sa, sb = _cell_styles(old, n), _cell_styles(new, n)
-        diff = [i for i, (x, y) in enumerate(zip(sa, sb)) if x != y]
-        if diff:
-            spans.append((diff[0], diff[-1] + 1))
-    if not spans:
-        return 0, width
-    x0 = min(width - 1, min(x for x, _ in spans))
-    return x0, max(x0 + 1, min(width, max(x for _, x in spans)))
+        diff = [i for i in range(n) if _at(a, i) != _at(b, i) or sa[i] != sb[i]]
+    runs: list[tuple[int, int]] = []
+    for i in diff:
+        if runs and i - runs[-1][1] < RUN_GAP:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+def _at(s: str, i: int) -> str | None:
+    """The character in cell ``i``, None past the text (padding, whatever it shows)."""
+    return s[i] if i < len(s) else None
 
 
 def _cell_styles(line: Text, n: int) -> list[Any]:
