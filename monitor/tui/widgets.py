@@ -242,6 +242,9 @@ class DiagnosisPanel(Panel):
             text.append("No verdict yet: ", style="bold")
             text.append(f"collecting data ({rep.get('samples', 0)} samples so far).")
             return text
+        # Each held whole while its figures jitter by less than they are read to (a window's
+        # mean moving across a rounding edge repainted the summary and evidence every tick).
+        verdicts = [self.steady.verdict(f"{v.get('cause')}@{v.get('scope')}", v) for v in verdicts]
         top = verdicts[0]
         now = rep.get("time")
         since = top.get("since")

@@ -18,7 +18,7 @@ from tui_helpers import record_story
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import Frame, ReplayFeed
 from monitor.tui.fmt import SPARK_COLUMN_S
-from monitor.tui.widgets import GpuPanel, spark_width
+from monitor.tui.widgets import DiagnosisPanel, GpuPanel, spark_width
 
 pytestmark = pytest.mark.anyio
 
@@ -240,4 +240,54 @@ async def test_a_changed_figure_writes_its_cells_not_its_line(
         # Written from the left edge, the line alone would be ~90 cells and 300+ bytes.
         sent, cells = await tick(start + 2, gpu["util"] - 0.2)
         assert cells <= 30 and sent <= 160
+        assert wire.term.cells == wire.as_drawn_whole()
+
+
+async def test_a_verdict_is_repainted_when_its_figures_move_not_when_they_jitter(
+    seq_cap: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The diagnosis's figures are a window's means: one crossing a rounding edge (40 to 41
+    requests waiting, 40.0 to 40.6 in the evidence) leaves the verdict as shown; a real
+    move (to 48) shows summary, evidence and fix together, as the diagnosis gave them."""
+    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=1000)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app._publish()
+        await pilot.pause()
+        latest = app._latest
+        assert latest is not None and latest.report is not None
+        base = latest.report
+        top = base["verdicts"][0]
+        assert "40 requests wait" in top["summary"] and "40 wait" in top["fix"]
+        box = app.screen.query_one(DiagnosisPanel).content_region
+        wire = Wire(app, monkeypatch)
+
+        def shown() -> str:
+            rows = wire.term.cells[box.y : box.bottom]
+            return "\n".join("".join(ch for ch, _ in row) for row in rows)
+
+        async def tick(t: float, waiting: float) -> None:
+            n = f"{waiting:.0f}"
+            ev = [
+                {**e, "value": waiting} if e["name"] == "waiting_mean" else e
+                for e in top["evidence"]
+            ]
+            v = {
+                **top,
+                "summary": top["summary"].replace("40 requests", f"{n} requests"),
+                "fix": top["fix"].replace("40 wait", f"{n} wait"),
+                "evidence": ev,
+            }
+            app.apply_frame(Frame({**base, "time": t, "verdicts": [v]}), publish=True)
+            await pilot.pause()
+
+        t = base["time"]
+        await tick(t + 0.1, 40.0)
+        before = shown()
+        for i, w in enumerate((40.4, 40.6, 40.2, 39.6)):
+            await tick(t + 0.2 + 0.1 * i, w)
+            assert shown() == before
+        await tick(t + 0.7, 48.0)
+        after = shown()
+        assert "48 requests wait" in after and "48 wait" in after and "40 requests" not in after
         assert wire.term.cells == wire.as_drawn_whole()
