@@ -23,6 +23,9 @@ from monitor.tui.view import ENGINE_SOURCES, GPU_SOURCES, HOST_SOURCES, View
 Report = Mapping[str, Any]
 
 LABEL_W = 8
+# Draws (seconds, at the default interval) a panel keeps its height after its text got
+# shorter, before it shrinks.
+SHRINK_AFTER = 30
 # A duty cycle this far above SM active means kernels run but each uses little of the GPU.
 GAP_NOTICE = 0.25
 
@@ -113,6 +116,7 @@ class Panel(Widget, can_focus=True):
         # nothing, and one of the same height repaints only the lines that changed (people
         # leave this open over SSH: a whole-screen repaint each second is ~15 KB/s).
         self._drawn: tuple[int, Text, list[Text]] | None = None
+        self._short = 0  # draws in a row that were shorter than the panel
         self.steady = fmt.Steady()
 
     def update_view(self, view: View) -> None:
@@ -121,9 +125,20 @@ class Panel(Widget, can_focus=True):
         text = self.draw(width)
         text.rstrip()
         drawn = self._drawn
+        console = self.app.console
+        lines = screen_lines(text, width, console)
+        if drawn is not None and drawn[0] == width and len(lines) < len(drawn[2]):
+            # Shorter: keep the height a while (blank lines at the bottom). A height change
+            # lays out and repaints the screen below the panel, and a line that wraps or
+            # not by a digit (a verdict's evidence) would do it every few seconds.
+            self._short += 1
+            if self._short < SHRINK_AFTER:
+                text.append("\n" * (len(drawn[2]) - len(lines)))
+                lines = screen_lines(text, width, console)
+        else:
+            self._short = 0
         if drawn is not None and drawn[0] == width and drawn[1] == text:
             return
-        lines = screen_lines(text, width, self.app.console)
         self._drawn = (width, text, lines)
         if drawn is None or drawn[0] != width or len(drawn[2]) != len(lines):
             self.refresh(layout=True)
@@ -155,6 +170,9 @@ class Panel(Widget, can_focus=True):
         return text
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        drawn = self._drawn
+        if drawn is not None and drawn[0] == max(20, width):
+            return len(drawn[2])  # as drawn, kept height included
         # Measure at the width we will be given, so bars sized to it do not wrap.
         text = self.draw(max(20, width))
         text.rstrip()
@@ -627,7 +645,12 @@ class _Notice(Widget):
         text = self.render()
         if text == self._shown and self.display == bool(text.plain):
             return  # nothing to repaint
-        self._shown = text
+        shown, self._shown = self._shown, text
+        width, console = self.content_size.width, self.app.console
+        if shown is not None and width and self.display == bool(text.plain):
+            if len(screen_lines(shown, width, console)) == len(screen_lines(text, width, console)):
+                self.refresh()  # the same height: this widget alone, no layout
+                return
         self.display = bool(text.plain)
         self.refresh(layout=True)
 

@@ -18,7 +18,7 @@ from tui_helpers import record_story
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import Frame, ReplayFeed
 from monitor.tui.fmt import SPARK_COLUMN_S
-from monitor.tui.widgets import DiagnosisPanel, GpuPanel, spark_width
+from monitor.tui.widgets import SHRINK_AFTER, DiagnosisPanel, GpuPanel, spark_width
 
 pytestmark = pytest.mark.anyio
 
@@ -291,3 +291,43 @@ async def test_a_verdict_is_repainted_when_its_figures_move_not_when_they_jitter
         after = shown()
         assert "48 requests wait" in after and "48 wait" in after and "40 requests" not in after
         assert wire.term.cells == wire.as_drawn_whole()
+
+
+async def test_a_panel_one_line_shorter_keeps_its_height_a_while(
+    seq_cap: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A diagnosis that loses a line (and gets it back, as a wrapped line does when a digit
+    comes and goes) keeps its height, with a blank line: the panels below are not laid out
+    and written again. Shorter for SHRINK_AFTER draws in a row, it shrinks."""
+    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=1000)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app._publish()
+        await pilot.pause()
+        latest = app._latest
+        assert latest is not None and latest.report is not None
+        base = latest.report
+        top = base["verdicts"][0]
+        diagnosis = app.screen.query_one(DiagnosisPanel)
+        t = base["time"]
+
+        async def tick(missing: list[str]) -> tuple[int, set[int]]:
+            nonlocal t
+            t += 0.01  # inside one sparkline column
+            v = {**top, "missing": missing}
+            app.apply_frame(Frame({**base, "time": t, "verdicts": [v]}), publish=True)
+            await pilot.pause()
+            rows = {y for y, _, _ in painted.take()}
+            return diagnosis.outer_size.height, rows
+
+        painted = Painted(app, monkeypatch)
+        tall, _ = await tick(["dcgm"])  # "(less sure: no dcgm)" under the verdict
+        below = app.screen.query_one(GpuPanel).region.y
+        for missing in ([], ["dcgm"], [], []):
+            height, rows = await tick(missing)
+            assert height == tall
+            assert not [y for y in rows if y >= below]
+        for _ in range(SHRINK_AFTER):
+            height, rows = await tick([])
+        assert height == tall - 1
+        assert "less sure" not in "".join(line.plain for line in diagnosis._drawn[2])
