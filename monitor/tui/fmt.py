@@ -8,6 +8,7 @@ same without colour (NO_COLOR) and the functions are easy to test.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -223,6 +224,15 @@ class Steady:
             shown = self.shown[key] = round(value, digits)
         return shown
 
+    def verdict(self, key: str, v: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A verdict as shown: held whole (its summary and evidence read together) while
+        every figure in them stays within what a user reads of it (a point of a ratio,
+        2% or the last printed digit of a number) and all else is the same."""
+        held = self.records.get(key)
+        if held is None or _verdict_moved(held, v):
+            held = self.records[key] = v
+        return held
+
     # Records whose figures are read together (the headroom figure: factor x today's rate over
     # the growth is the rate shown): held whole, so one line never mixes two windows.
     WHOLE = ("headroom",)
@@ -265,6 +275,49 @@ def _moved(held: Mapping[str, Any], rec: Mapping[str, Any], rel: float) -> bool:
             if _moved(old, v, rel):
                 return True
         elif v != old:
+            return True
+    return False
+
+
+def _verdict_moved(held: Mapping[str, Any], v: Mapping[str, Any]) -> bool:
+    if held.keys() != v.keys():
+        return True
+    for k, new in v.items():
+        old = held[k]
+        if k in ("summary", "fix") and isinstance(old, str) and isinstance(new, str):
+            if _words_moved(old, new):
+                return True
+        elif k == "evidence":
+            if len(old) != len(new) or any(_evidence_moved(a, b) for a, b in zip(old, new)):
+                return True
+        elif new != old:
+            return True
+    return False
+
+
+def _evidence_moved(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    if {k: v for k, v in old.items() if k != "value"} != {
+        k: v for k, v in new.items() if k != "value"
+    }:
+        return True
+    a, b = old.get("value"), new.get("value")
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return a != b
+    tol = 0.01 if new.get("unit") == "ratio" else 0.02 * abs(a)
+    return abs(b - a) > tol
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _words_moved(old: str, new: str) -> bool:
+    """Whether a sentence with figures in it reads differently: other words, or a figure
+    moved by more than 2% and more than its last printed digit."""
+    if _NUMBER.sub("#", old) != _NUMBER.sub("#", new):
+        return True
+    for a, b in zip(_NUMBER.findall(old), _NUMBER.findall(new)):
+        digit = 10.0 ** -len(a.partition(".")[2])
+        if abs(float(b) - float(a)) > max(digit, 0.02 * float(a)):
             return True
     return False
 

@@ -19,6 +19,7 @@ from textual.widgets import Footer, Static
 from monitor.report import process_rows, profile_lines
 from monitor.tui import fmt
 from monitor.tui.sweep import SweepState, chart, load_of
+from monitor.tui.tight import tighten
 from monitor.tui.view import GPU_SOURCES, View
 from monitor.tui.widgets import (
     GAP_NOTICE,
@@ -30,7 +31,7 @@ from monitor.tui.widgets import (
     NotesPanel,
     Panel,
     SectionNotice,
-    changed_cells,
+    changed_runs,
     gpu_facts,
     littles_lines,
 )
@@ -69,9 +70,8 @@ class StatusBar(Widget):
         self.text = Text()
 
     def update(self, line: str) -> None:
-        # The same line again repaints nothing, and a new one repaints the cells from the
-        # left to its last change (the clock's seconds): a layout pass would repaint the
-        # whole screen every tick.
+        # The same line again repaints nothing, and a new one only the cells that changed
+        # (the clock's seconds): a layout pass would repaint the whole screen every tick.
         new = Text(line)
         if new == self.text:
             return
@@ -80,8 +80,9 @@ class StatusBar(Widget):
         if not old.plain or not self.is_mounted:
             self.refresh()
             return
-        x0, x1 = changed_cells(old, new, width)
-        self.refresh(Region(x0, 0, x1 - x0, 1))
+        regions = [Region(x0, 0, x1 - x0, 1) for x0, x1 in changed_runs(old, new, width)]
+        if regions:
+            self.refresh(*regions)
 
     def render(self) -> Text:
         return self.text
@@ -89,6 +90,10 @@ class StatusBar(Widget):
 
 class DataScreen(Screen):
     """A screen that redraws from the app's View."""
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name=name)
+        tighten(self)
 
     def update_view(self, view: View) -> None:  # pragma: no cover - overridden
         pass
@@ -730,6 +735,10 @@ def scenario_keys(names: Sequence[str]) -> list[tuple[str, str]]:
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        tighten(self)
 
     def compose(self) -> ComposeResult:
         text = Text()

@@ -23,6 +23,9 @@ from monitor.tui.view import ENGINE_SOURCES, GPU_SOURCES, HOST_SOURCES, View
 Report = Mapping[str, Any]
 
 LABEL_W = 8
+# Draws (seconds, at the default interval) a panel keeps its height after its text got
+# shorter, before it shrinks.
+SHRINK_AFTER = 30
 # A duty cycle this far above SM active means kernels run but each uses little of the GPU.
 GAP_NOTICE = 0.25
 
@@ -113,6 +116,7 @@ class Panel(Widget, can_focus=True):
         # nothing, and one of the same height repaints only the lines that changed (people
         # leave this open over SSH: a whole-screen repaint each second is ~15 KB/s).
         self._drawn: tuple[int, Text, list[Text]] | None = None
+        self._short = 0  # draws in a row that were shorter than the panel
         self.steady = fmt.Steady()
 
     def update_view(self, view: View) -> None:
@@ -121,19 +125,32 @@ class Panel(Widget, can_focus=True):
         text = self.draw(width)
         text.rstrip()
         drawn = self._drawn
+        console = self.app.console
+        lines = screen_lines(text, width, console)
+        if drawn is not None and drawn[0] == width and len(lines) < len(drawn[2]):
+            # Shorter: keep the height a while (blank lines at the bottom). A height change
+            # lays out and repaints the screen below the panel, and a line that wraps or
+            # not by a digit (a verdict's evidence) would do it every few seconds.
+            self._short += 1
+            if self._short < SHRINK_AFTER:
+                text.append("\n" * (len(drawn[2]) - len(lines)))
+                lines = screen_lines(text, width, console)
+        else:
+            self._short = 0
         if drawn is not None and drawn[0] == width and drawn[1] == text:
             return
-        lines = screen_lines(text, width, self.app.console)
         self._drawn = (width, text, lines)
         if drawn is None or drawn[0] != width or len(drawn[2]) != len(lines):
             self.refresh(layout=True)
             return
-        regions = []
-        for y, (old, new) in enumerate(zip(drawn[2], lines)):
-            if old != new:
-                x0, x1 = changed_cells(old, new, width)
-                regions.append(Region(x0, y, x1 - x0, 1))
-        self.refresh(*regions)
+        regions = [
+            Region(x0, y, x1 - x0, 1)
+            for y, (old, new) in enumerate(zip(drawn[2], lines))
+            if old != new
+            for x0, x1 in changed_runs(old, new, width)
+        ]
+        if regions:
+            self.refresh(*regions)
 
     def hold(self, key: str, ratio: float | None) -> float | None:
         """A ratio as shown: the percentage last shown while the reading stays within a
@@ -153,6 +170,9 @@ class Panel(Widget, can_focus=True):
         return text
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        drawn = self._drawn
+        if drawn is not None and drawn[0] == max(20, width):
+            return len(drawn[2])  # as drawn, kept height included
         # Measure at the width we will be given, so bars sized to it do not wrap.
         text = self.draw(max(20, width))
         text.rstrip()
@@ -171,33 +191,36 @@ def screen_lines(text: Text, width: int, console: Any) -> list[Text]:
     return list(text.wrap(console, max(1, width)))
 
 
-def changed_cells(old: Text, new: Text, width: int) -> tuple[int, int]:
-    """The columns [x0, x1) of a line that differ in character or style between two draws.
+# Unchanged cells between two changed runs of a line that are written anyway rather than
+# starting a new run: a run costs a cursor move and its colours (~30 bytes), a cell ~1-3.
+RUN_GAP = 12
 
-    Textual repaints a dirty region from the left edge of the widget to the region's right
-    end, so a change near the left of a line costs a few cells, not the whole line.
-    """
+
+def changed_runs(old: Text, new: Text, width: int) -> list[tuple[int, int]]:
+    """The runs of columns [x0, x1) of a line that differ in character or style between
+    two draws, those closer than ``RUN_GAP`` cells joined (the screen writes these alone:
+    a bar's end and its figure, not the line up to them)."""
     a, b = old.plain, new.plain
     if cell_len(a) != len(a) or cell_len(b) != len(b):
-        return 0, width  # wide characters: cells are not characters, repaint it all
-    spans: list[tuple[int, int]] = []
-    if a != b:
-        n = min(len(a), len(b))
-        x0 = next((i for i in range(n) if a[i] != b[i]), n)
-        x1 = max(len(a), len(b))
-        while x1 > x0 and x1 <= n and a[x1 - 1] == b[x1 - 1]:
-            x1 -= 1
-        spans.append((x0, x1))
-    if old.spans != new.spans or old.style != new.style:
-        n = max(len(a), len(b))
+        return [(0, width)]  # wide characters: cells are not characters, repaint it all
+    n = min(width, max(len(a), len(b)))
+    if old.spans == new.spans and old.style == new.style:
+        diff = [i for i in range(n) if _at(a, i) != _at(b, i)]
+    else:
         sa, sb = _cell_styles(old, n), _cell_styles(new, n)
-        diff = [i for i, (x, y) in enumerate(zip(sa, sb)) if x != y]
-        if diff:
-            spans.append((diff[0], diff[-1] + 1))
-    if not spans:
-        return 0, width
-    x0 = min(width - 1, min(x for x, _ in spans))
-    return x0, max(x0 + 1, min(width, max(x for _, x in spans)))
+        diff = [i for i in range(n) if _at(a, i) != _at(b, i) or sa[i] != sb[i]]
+    runs: list[tuple[int, int]] = []
+    for i in diff:
+        if runs and i - runs[-1][1] < RUN_GAP:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+def _at(s: str, i: int) -> str | None:
+    """The character in cell ``i``, None past the text (padding, whatever it shows)."""
+    return s[i] if i < len(s) else None
 
 
 def _cell_styles(line: Text, n: int) -> list[Any]:
@@ -237,6 +260,9 @@ class DiagnosisPanel(Panel):
             text.append("No verdict yet: ", style="bold")
             text.append(f"collecting data ({rep.get('samples', 0)} samples so far).")
             return text
+        # Each held whole while its figures jitter by less than they are read to (a window's
+        # mean moving across a rounding edge repainted the summary and evidence every tick).
+        verdicts = [self.steady.verdict(f"{v.get('cause')}@{v.get('scope')}", v) for v in verdicts]
         top = verdicts[0]
         now = rep.get("time")
         since = top.get("since")
@@ -619,7 +645,12 @@ class _Notice(Widget):
         text = self.render()
         if text == self._shown and self.display == bool(text.plain):
             return  # nothing to repaint
-        self._shown = text
+        shown, self._shown = self._shown, text
+        width, console = self.content_size.width, self.app.console
+        if shown is not None and width and self.display == bool(text.plain):
+            if len(screen_lines(shown, width, console)) == len(screen_lines(text, width, console)):
+                self.refresh()  # the same height: this widget alone, no layout
+                return
         self.display = bool(text.plain)
         self.refresh(layout=True)
 

@@ -99,3 +99,20 @@ def test_the_headroom_figure_is_held_whole_so_its_line_checks_out() -> None:
     # All within 2%: the whole record stays as shown.
     near = room(5.36, 5.12, 1.241)
     assert held.figures("e", near)["analysis"]["headroom"] == moved["analysis"]["headroom"]
+
+
+def test_a_held_verdict_gives_way_to_new_words_a_new_start_or_a_moved_figure() -> None:
+    steady = fmt.Steady()
+    ev = {"name": "sm_active", "value": 0.924, "threshold": 0.7, "op": ">=", "unit": "ratio"}
+    v = {"cause": "compute-bound", "since": 100.0, "summary": "SMs 92% active.", "evidence": [ev]}
+    assert steady.verdict("k", v) is v
+    jitter = {**v, "summary": "SMs 93% active.", "evidence": [{**ev, "value": 0.929}]}
+    assert steady.verdict("k", jitter) is v
+    for moved in (
+        {**v, "summary": "SMs 95% active.", "evidence": [{**ev, "value": 0.95}]},
+        {**v, "summary": "SMs 92% busy."},
+        {**v, "since": 160.0},
+        {**v, "evidence": [{**ev, "threshold": 0.8}]},
+    ):
+        assert steady.verdict("k", moved) is moved
+        steady.verdict("k", v)
