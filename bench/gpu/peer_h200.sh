@@ -9,7 +9,8 @@
 # Everything worth keeping is under $OUT: peer_llamacpp_h200.txt (the table), peer-work.tar.gz
 # (each client's log and headroom's sweep.json, GuideLLM's scenario files, peer.json).
 # For a dry run elsewhere: PEER_WORK (default /tmp/l30), PEER_SHAPE (make_llama_gguf.py's shape
-# flags, default Llama-3.2-1B's), PEER_PARALLEL (default 32).
+# flags, default Llama-3.2-1B's), PEER_PARALLEL (default 32), PEER_ARGS (more peer_llamacpp.py
+# flags, after the defaults: --input-tokens 64, say).
 set -u -o pipefail
 LOADS="${1:-1,4,16,32}"
 HOLD_S="${2:-25}"
@@ -36,14 +37,14 @@ echo "build+reuse took $(($(date +%s) - START)) s; server: $SERVER"
 
 MODEL="$WORK/llama-1b-f16-bpe.gguf"
 TOK="$WORK/bpe-tokenizer"
-# shellcheck disable=SC2086  # PEER_SHAPE is a list of flags
+# shellcheck disable=SC2086  # PEER_SHAPE and PEER_ARGS are lists of flags
 python3 "$SRC/bench/gpu/make_llama_gguf.py" "$MODEL" --bpe-tokenizer "$TOK" ${PEER_SHAPE:-} || exit 1
 
 echo "peer run at loads $LOADS with $((BUDGET_S - ($(date +%s) - START))) s left"
 python3 "$SRC/bench/gpu/peer_llamacpp.py" --server "$SERVER" --model "$MODEL" --tokenizer "$TOK" \
     --parallel "$PARALLEL" --loads "$LOADS" --input-tokens 256 --output-tokens 256 --warmup-s 5 \
     --hold-s "$HOLD_S" --guidellm "python3 -m guidellm" --work "$WORK/peer" \
-    --out "$OUT/peer_llamacpp_h200.txt" --deadline $((START + BUDGET_S))
+    --out "$OUT/peer_llamacpp_h200.txt" --deadline $((START + BUDGET_S)) ${PEER_ARGS:-}
 # GuideLLM's own reports hold every request (megabytes each): its logs and peer.json carry
 # the figures, so the reports stay behind.
 tar -czf "$OUT/peer-work.tar.gz" -C "$WORK" --exclude='guidellm-*[0-9].json' peer
