@@ -93,12 +93,14 @@ class LlamaServer:
         port: int | None = None,
         extra_args: Sequence[str] = (),
         startup_timeout: float = 120.0,
+        model: Path | None = None,
     ) -> None:
         self.parallel = parallel
         self.slot_ctx = slot_ctx
         self.port = port or free_port()
         self.extra_args = list(extra_args)
         self.startup_timeout = startup_timeout
+        self.model = model  # a GGUF of your own; None: the tiny one, written on first use
         self.log_path: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: object | None = None
@@ -115,7 +117,8 @@ class LlamaServer:
         ]  # fmt: skip
 
     def start(self) -> LlamaServer:
-        binary, model = ensure_binary(), ensure_model()
+        binary = ensure_binary()
+        model = self.model if self.model is not None else ensure_model()
         fd, name = tempfile.mkstemp(prefix=f"llama-server-{self.port}-", suffix=".log")
         self.log_path = Path(name)
         log = os.fdopen(fd, "wb")
@@ -188,9 +191,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="serve the tiny GGUF with llama.cpp's server")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--parallel", type=int, default=4, help="slots: the sequence cap")
+    p.add_argument("--model", type=Path, default=None, help="a GGUF (default: the tiny one)")
     args = p.parse_args(argv)
+    if args.model is not None and not args.model.is_file():
+        print(f"serve.py: no model file {args.model}", file=sys.stderr)
+        return 1
     try:
-        with LlamaServer(parallel=args.parallel, port=args.port) as server:
+        with LlamaServer(parallel=args.parallel, port=args.port, model=args.model) as server:
             print(f"serving on {server.url} (metrics at {server.url}/metrics)", flush=True)
             while True:
                 time.sleep(3600)
