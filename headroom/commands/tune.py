@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from loadgen.analysis import parse_slo
     from loadgen.preflight import resolve_model
     from loadgen.progress import Progress
+    from loadgen.traffic import prepare
     from loadgen.tune import Tuner, TuneSpec, check_templates, sweep_runner
     from loadgen.tune_plan import parse_knobs
 
@@ -116,7 +117,13 @@ def run(args: argparse.Namespace) -> int:
     def make_config(target: str, gpu: str | None):
         sweep_ns.dcgm_exporter = gpu
         model = resolve_model(target, sweep_ns.model)
-        return config_from_args(sweep_ns, model, target)
+        # Prompts of the asked length through the engine's /tokenize where it has one (vLLM),
+        # as `headroom sweep` sends them; word-counted prompts ran ~3x long on vLLM.
+        traffic = prepare(target, model, "chat" if sweep_ns.turns > 1 else sweep_ns.api, None,
+                          None, out, seed=sweep_ns.seed)  # fmt: skip
+        for w in traffic.warnings:
+            progress.message(f"warning: {w}")
+        return config_from_args(sweep_ns, model, target, traffic)
 
     spec = TuneSpec(launch=args.launch, target=args.target, knobs=knobs, grid=args.grid,
                     slos=slos, gpu_metrics=args.dcgm_exporter, max_runs=max_runs,

