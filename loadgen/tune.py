@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,9 +129,13 @@ def _answers(url: str) -> bool:
         return False
 
 
-# A run's sweep: given the engine's base URL, its GPU page and the run's folder, the sweep's
-# result as sweep.json holds it. The command builds it from its sweep flags.
-SweepRunner = Callable[[str, str | None, Path], dict[str, Any]]
+# A run's sweep: given the engine's base URL, its GPU page, the run's folder and the knobs it
+# was launched with, the sweep's result as sweep.json holds it. The command builds it from its
+# sweep flags.
+SweepRunner = Callable[[str, str | None, Path, Mapping[str, float]], dict[str, Any]]
+# The knobs that are the diagnosis's caps (Caps' own names): each step's diagnosis starts from
+# the launched value.
+CAPS = ("max_num_seqs", "max_num_batched_tokens")
 
 
 class Tuner:
@@ -230,7 +234,7 @@ class Tuner:
         try:
             engine = Engine(shlex.split(command), run_dir / "engine.log")
             engine.wait_ready(target, spec.start_timeout_s)
-            sweep = self.sweep(target, gpu, run_dir)
+            sweep = self.sweep(target, gpu, run_dir, knobs)
         except HeadroomError as exc:
             # Said even when quiet: a run lost is news.
             print(f"headroom tune: run {index} ({said}): {exc}", file=sys.stderr, flush=True)
@@ -343,10 +347,16 @@ def sweep_runner(make_config: Callable[[str, str | None], SweepConfig], progress
                  nvml: bool = False) -> SweepRunner:  # fmt: skip
     """A run's sweep through loadgen.sweep: adaptive doubling to the knee, its cause."""
 
-    def run(target: str, gpu: str | None, run_dir: Path) -> dict[str, Any]:
+    def run(
+        target: str, gpu: str | None, run_dir: Path, knobs: Mapping[str, float]
+    ) -> dict[str, Any]:
         from loadgen.sweep import Sweep, build_sampler
 
-        cfg = make_config(target, gpu)
+        # The caps this run was launched with are known, not to be inferred from a plateau.
+        caps = {
+            plan.WHATIF_KNOB[k]: int(v) for k, v in knobs.items() if plan.WHATIF_KNOB[k] in CAPS
+        }
+        cfg = make_config(target, gpu).model_copy(update=caps)
         sampler, _ = build_sampler(cfg, nvml=nvml)
         resume = (run_dir / "steps.jsonl").exists()
         result = Sweep(cfg, run_dir, sampler=sampler, progress=progress, resume=resume,
