@@ -213,7 +213,11 @@ class Tuner:
         if d.get("stop"):
             self.state["stopped"] = d["stop"]
             return None
-        return {**last["knobs"], d["knob"]: d["to"]}
+        return {
+            **last["knobs"],
+            d["knob"]: d["to"],
+            **{c["knob"]: c["to"] for c in d.get("also") or []},
+        }
 
     def _one_run(self, index: int, knobs: dict[str, float]) -> dict[str, Any]:
         spec = self.spec
@@ -248,7 +252,8 @@ class Tuner:
         record.update(status="ok", wall_s=round(time.monotonic() - started, 1))
         record.update(plan.summarise(sweep))
         if not spec.grid:
-            d = plan.decide(sweep, record, spec.knobs, knobs)
+            runs = self.state["runs"]
+            d = plan.decide(sweep, record, spec.knobs, knobs, runs[-1] if runs else None)
             record["decision"] = d.to_json()
         self.progress.message(_said(record))
         return record
@@ -283,12 +288,22 @@ def _said(r: dict[str, Any]) -> str:
     d = r.get("decision") or {}
     if d.get("knob"):
         line += (
-            f"; next {d['knob']} {d['current']:g} -> {d['to']:g}, predicted "
-            f"{d['predicted_tok_s']:.1f} tok/s (x{d['gain']:.2f})"
+            f"; next {_change(d)}, predicted {d['predicted_tok_s']:.1f} tok/s (x{d['gain']:.2f})"
         )
+        if d.get("note"):
+            line += f" ({d['note']})"
     elif d.get("stop"):
         line += f"; stop: {d['stop']}"
     return line
+
+
+def _change(d: dict[str, Any]) -> str:
+    """A decision's change (or a prediction row's), with the what-if's next one made with it."""
+    first = {"knob": d["knob"], "current": d.get("current", d.get("from")), "to": d["to"]}
+    return " and ".join(
+        f"{c['knob']} {_cell(c['current'])} -> {_cell(c['to'])}"
+        for c in [first, *(d.get("also") or [])]
+    )
 
 
 def _cell(v: Any) -> str:
@@ -314,11 +329,7 @@ def report(state: dict[str, Any]) -> str:
             lines.append(f"| {r['index']} | {knobs} | failed: {r.get('error')} | | | | |")
             continue
         d = r.get("decision") or {}
-        nxt = (
-            f"{d['knob']} {d['current']:g} -> {d['to']:g} (x{d['gain']:.2f} predicted)"
-            if d.get("knob")
-            else d.get("stop") or ""
-        )
+        nxt = f"{_change(d)} (x{d['gain']:.2f} predicted)" if d.get("knob") else d.get("stop") or ""
         slo = "-" if r.get("slo_pass") is None else ("met" if r["slo_pass"] else "missed")
         lines.append(
             f"| {r['index']} | {knobs} | {_cell(r.get('saturation_concurrency'))} | "
@@ -336,7 +347,7 @@ def report(state: dict[str, Any]) -> str:
                   "|---|---|---|---|---|"]  # fmt: skip
         for p in state["predictions"]:
             lines.append(
-                f"| {p['run']} | {p['knob']} {_cell(p['from'])} -> {_cell(p['to'])} | "
+                f"| {p['run']} | {_change(p)} | "
                 f"{_cell(p['predicted_tok_s'])} | {_cell(p['measured_tok_s'])} | {_cell(p['ratio'])} |"
             )
     lines += ["", f"stopped: {state.get('stopped') or '-'}; wall {state.get('wall_s', 0):g} s", ""]
