@@ -342,8 +342,15 @@ def decide(
         return Decision(
             stop=f"the cause, {cause or 'unknown'}, has no knob among those given ({given})"
         )
+    # Where two caps bind together the sweep may name one and the engine's what-if at the
+    # knee the other (the kv-cap box at 640 blocks and 64 sequences): the what-if's knob is
+    # tried after the cause's.
+    after = [x for x in _knobs_at_knee(sweep, k, knobs) if x not in named]
     reasons = []
-    for knob in named:
+    for knob in [*named, *after]:
+        if knob in after:
+            note = (f"the what-if at the knee names {knob.name}, the cause ({cause}) a knob "
+                    "it has no change for; the next run measures it")  # fmt: skip
         now = current[knob.name]
         if knob.bound is not None and now >= knob.bound:
             reasons.append(f"{knob.name} is at its bound {knob.bound:g}")

@@ -228,3 +228,16 @@ def test_grid_is_every_combination_in_order() -> None:
     assert len(configs) == 6
     assert configs[0] == {"max_num_seqs": 8, "max_num_batched_tokens": 2048}
     assert configs[-1] == {"max_num_seqs": 16, "max_num_batched_tokens": 8192}
+
+
+def test_where_the_cause_s_knob_has_no_what_if_the_what_if_s_own_knob_is_stepped() -> None:
+    # The kv-cap box again (session 15's run): at 640 blocks and max_num_seqs 64 the sweep named
+    # kv-cap while the engine's what-if at the knee, told the cap, led with the cap (both bind
+    # at 64 sequences) and proposed nothing for the blocks: the tune had stopped there.
+    sweep = copy.deepcopy(SWEEP)
+    sweep["saturation"]["cause"] = "kv-cap"
+    for s in sweep["steps"]:
+        s["whatif"] = copy.deepcopy(KV_KNEE_WHATIF[1:])
+    d = plan.decide(sweep, _run(sweep), plan.parse_knobs(KV_KNOBS, False), KV_NOW)
+    assert (d.knob, d.current, d.to) == ("max_num_seqs", 64, 128)
+    assert "kv-cap" in d.note and "measures" in d.note
