@@ -203,6 +203,7 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
     limits = dict(load.limits)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
+    pending = False
     for _ in range(2):
         lead = binding(limits)
         blocked = False
@@ -233,9 +234,19 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
         if entry["predicted"]["gain"] < MIN_GAIN:
             if blocked:
                 out.append(entry)
+            elif not out and now not in seen and now not in GPU_LIMITS and now != "cpu":
+                # Two caps that bind together (a KV cache full at the sequence cap): the first
+                # change alone buys nothing, the two together may. Kept only where the change
+                # on top of it gains.
+                entry["basis"]["assumed"].append(
+                    f"buys nothing alone: {now} binds at once; with the change below"
+                )
+                out.append(entry)
+                pending = True
+                continue
             break  # within what one window's figures can tell from no change
         out.append(entry)
-    return out
+    return [] if pending and len(out) < 2 else out
 
 
 def _entry(
