@@ -63,6 +63,9 @@ def main() -> None:
     p.add_argument("--append", action="store_true", help="add to the results file")
     p.add_argument("--noise", metavar="SCENARIO:K=V,V K=V,V",
                    help="only launch these grid values again (repeat a value to repeat a run)")  # fmt: skip
+    p.add_argument("--tune-only", metavar="GRID_BEST:GRID_RUNS",
+                   help="run the tune alone, against a grid's best tok/s and run count measured "
+                   "before (one scenario)")  # fmt: skip
     args = p.parse_args()
     rows = [
         "# headroom tune vs --grid on the simulator (bench/tune_vs_grid_sim.py)",
@@ -75,7 +78,12 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="tune-bench-"))
         try:
             t = tune(scenario, work / "tune", grid=False)
-            g = tune(scenario, work / "grid", grid=True)
+            if args.tune_only:
+                best, _, n = args.tune_only.partition(":")
+                g = {"best": {"throughput_tok_s": float(best)}, "runs": [{}] * int(n),
+                     "wall_s": 0.0, "stopped": "not run: the grid measured before"}  # fmt: skip
+            else:
+                g = tune(scenario, work / "grid", grid=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tb = (t["best"] or {}).get("throughput_tok_s") or 0.0
@@ -91,13 +99,19 @@ def main() -> None:
             f"run {r['index']} {r['knobs']} knee {r.get('saturation_concurrency')} "
             f"{r.get('throughput_tok_s')} tok/s {r.get('cause')}" for r in t["runs"]))  # fmt: skip
         rows.append("  predictions: " + "; ".join(
-            f"{x['knob']} {x['from']}->{x['to']} predicted {x['predicted_tok_s']} measured "
-            f"{x['measured_tok_s']} (x{x['ratio']})" for x in t["predictions"]))  # fmt: skip
+            f"{x['knob']} {x['from']}->{x['to']}"
+            + "".join(f" + {a['knob']} {a['current']}->{a['to']}" for a in x.get("also") or [])
+            + f" predicted {x['predicted_tok_s']} measured {x['measured_tok_s']} (x{x['ratio']})"
+            for x in t["predictions"]))  # fmt: skip
+        notes = [f"run {r['index']}: {r['decision']['note']}" for r in t["runs"]
+                 if (r.get("decision") or {}).get("note")]  # fmt: skip
+        if notes:
+            rows.append("  past a client-limited knee: " + "; ".join(notes))
         rows.append("  grid: " + "; ".join(
             f"{'/'.join(str(v) for v in r['knobs'].values())}: {r.get('throughput_tok_s')}"
-            for r in g["runs"]))  # fmt: skip
+            for r in g["runs"] if r))  # fmt: skip
         rows.append("")
-        print("\n".join(rows[-7:]), flush=True)
+        print("\n".join(rows[-8:]), flush=True)
     if args.noise:
         # The same configs launched again: how far apart two runs of one config measure.
         scenario, _, spec = args.noise.partition(":")

@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from loadgen.schema import Goodput, HeadroomCheck, Saturation, StepResult
 from monitor.errors import ConfigError
@@ -210,18 +211,21 @@ def _inferred_cap(saturated: Sequence[StepResult], cause: str | None) -> int | N
     return int(round(max(plateaus))) if plateaus else None
 
 
-def _saturation_at(step: StepResult | None, **kw) -> Saturation:
+def _measured_at(step: StepResult | None) -> dict[str, Any]:
+    """A step's load and throughput, as a saturation point or goodput quotes them."""
     if step is None:
-        return Saturation(reached=True, **kw)
-    return Saturation(
-        reached=True,
-        concurrency=step.concurrency,
-        rate=step.rate,
-        output_tokens_per_s=step.output_tokens_per_s,
-        requests_per_s=step.requests_per_s,
-        step_index=step.index,
-        **kw,
-    )
+        return {}
+    return {
+        "concurrency": step.concurrency,
+        "rate": step.rate,
+        "output_tokens_per_s": step.output_tokens_per_s,
+        "requests_per_s": step.requests_per_s,
+        "step_index": step.index,
+    }
+
+
+def _saturation_at(step: StepResult | None, **kw: Any) -> Saturation:
+    return Saturation(reached=True, **_measured_at(step), **kw)
 
 
 def find_saturation(
@@ -258,21 +262,13 @@ def find_saturation(
     if len(ordered) == 1:
         return Saturation(
             reached=False,
-            concurrency=top.concurrency,
-            rate=top.rate,
-            output_tokens_per_s=top.output_tokens_per_s,
-            requests_per_s=top.requests_per_s,
-            step_index=top.index,
+            **_measured_at(top),
             reason=f"not reached: one load measured ({load_of(top):g}); saturation shows "
             "against a lighter or heavier load",
         )
     return Saturation(
         reached=False,
-        concurrency=top.concurrency,
-        rate=top.rate,
-        output_tokens_per_s=top.output_tokens_per_s,
-        requests_per_s=top.requests_per_s,
-        step_index=top.index,
+        **_measured_at(top),
         reason=f"not reached: throughput still grew at the highest load ({load_of(ordered[-1]):g})",
     )
 
@@ -530,11 +526,7 @@ def find_goodput(
     return Goodput(
         slos=slos,
         met=True,
-        concurrency=best.concurrency,
-        rate=best.rate,
-        output_tokens_per_s=best.output_tokens_per_s,
-        requests_per_s=best.requests_per_s,
-        step_index=best.index,
+        **_measured_at(best),
         reason=f"largest load meeting every SLO: {load_of(best):g}",
     )
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.schema import GpuActivity
-from monitor.diagnosis import diagnose
+from monitor.diagnosis import Caps, diagnose
 from monitor.energy import Energy, window_energy
 from monitor.report import engine_scope
 from monitor.window import WindowStats
@@ -61,7 +61,9 @@ class EngineView:
         return self.running_mean + (self.waiting_mean or 0.0)
 
 
-def engine_view(window: WindowStats) -> EngineView:
+def engine_view(window: WindowStats, caps: Caps | None = None) -> EngineView:
+    """The step's figures and its one diagnosis: the verdict, the headroom figure and the
+    what-if come from it together, with the engine's caps as the user gave them."""
     es = window.engines
     gs = window.gpus
     gpu = GpuActivity(
@@ -82,7 +84,7 @@ def engine_view(window: WindowStats) -> EngineView:
     verdict = None
     first: dict[str, Any] = {}
     if window.samples:
-        diagnosis = diagnose(window)
+        diagnosis = diagnose(window, caps=caps or Caps())
         verdict = diagnosis.top
         verdicts = [v.to_json() for v in diagnosis.verdicts]
         if es:

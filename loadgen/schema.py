@@ -105,6 +105,10 @@ class SweepConfig(BaseModel):
     otlp_wait_s: float = 10.0
     # What one GPU costs an hour (--gpu-hour-price): each step's cost per million tokens.
     gpu_hour_price: float | None = None
+    # The engine's caps as the user gave them (--max-num-seqs, --max-num-batched-tokens; a
+    # tune's run: its launch's values): each step's diagnosis and what-if start from them.
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     # --target-rate: the boxes of this config that rate needs, with this share to spare.
     target_rate_rps: float | None = None
     capacity_margin: float = 0.2

@@ -38,6 +38,7 @@ from loadgen.schema import (
 from loadgen.stall import StallProbe
 from loadgen.stats import client_cpu, client_stats, rate_rse
 from loadgen.trace import TraceEntry, load_trace, mean_rate, span_s
+from monitor.diagnosis import Caps, Diagnoser
 from monitor.energy import Energy
 from monitor.errors import EndpointError, HeadroomError
 from monitor.pipeline import Monitor
@@ -125,9 +126,20 @@ class Sweep:
         self.on_step: Callable[[StepResult], None] | None = None
         # Gaps under 0.1 s are scheduling jitter on a busy host, not freezes.
         self.probe = StallProbe(threshold_s=0.1)
+        # The engine's caps as the user gave them: the live view and each step's diagnosis
+        # (its verdict, headroom figure and what-if) start from them.
+        self.caps = Caps(
+            max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens
+        )
         # The live view for the progress line; each step's verdict comes from its own window.
         self.monitor = (
-            Monitor(sampler, window_s=max(2.0, config.step_seconds / 2)) if sampler else None
+            Monitor(
+                sampler,
+                window_s=max(2.0, config.step_seconds / 2),
+                diagnoser=Diagnoser(caps=self.caps),
+            )
+            if sampler
+            else None
         )
         w = config.worker
         self.trace: list[TraceEntry] = (
@@ -287,7 +299,7 @@ class Sweep:
         cs = client_stats(records, start, end)
         median_request = self._median_request(index, records, start, end)
         cpu = client_cpu(d.statuses, start, end)
-        ev = engine_view(window) if window is not None else None
+        ev = engine_view(window, self.caps) if window is not None else None
         dev, ok = analysis.littles_law(
             cs.in_flight_mean,
             ev.in_flight if ev is not None else None,
@@ -581,7 +593,7 @@ class Sweep:
                 break
             time.sleep(0.05)
         window = compute_window(self.sampler.snapshots(), since, time.monotonic())
-        ev = engine_view(window) if window is not None else None
+        ev = engine_view(window, self.caps) if window is not None else None
         if ev is None or ev.running_mean is None:
             return None
         waiting = ev.waiting_p50 if ev.waiting_p50 is not None else ev.waiting_mean

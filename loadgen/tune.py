@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,9 +137,13 @@ def _answers(url: str) -> bool:
         return False
 
 
-# A run's sweep: given the engine's base URL, its GPU page and the run's folder, the sweep's
-# result as sweep.json holds it. The command builds it from its sweep flags.
-SweepRunner = Callable[[str, str | None, Path], dict[str, Any]]
+# A run's sweep: given the engine's base URL, its GPU page, the run's folder and the knobs it
+# was launched with, the sweep's result as sweep.json holds it. The command builds it from its
+# sweep flags.
+SweepRunner = Callable[[str, str | None, Path, Mapping[str, float]], dict[str, Any]]
+# The knobs that are the diagnosis's caps (Caps' own names): each step's diagnosis starts from
+# the launched value.
+CAPS = ("max_num_seqs", "max_num_batched_tokens")
 
 
 class Tuner:
@@ -217,7 +221,11 @@ class Tuner:
         if d.get("stop"):
             self.state["stopped"] = d["stop"]
             return None
-        return {**last["knobs"], d["knob"]: d["to"]}
+        return {
+            **last["knobs"],
+            d["knob"]: d["to"],
+            **{c["knob"]: c["to"] for c in d.get("also") or []},
+        }
 
     def _one_run(self, index: int, knobs: dict[str, float]) -> dict[str, Any]:
         spec = self.spec
@@ -238,7 +246,7 @@ class Tuner:
         try:
             engine = Engine(shlex.split(command), run_dir / "engine.log")
             engine.wait_ready(target, spec.start_timeout_s)
-            sweep = self.sweep(target, gpu, run_dir)
+            sweep = self.sweep(target, gpu, run_dir, knobs)
         except HeadroomError as exc:
             # Said even when quiet: a run lost is news.
             print(f"headroom tune: run {index} ({said}): {exc}", file=sys.stderr, flush=True)
@@ -252,7 +260,8 @@ class Tuner:
         record.update(status="ok", wall_s=round(time.monotonic() - started, 1))
         record.update(plan.summarise(sweep))
         if not spec.grid:
-            d = plan.decide(sweep, record, spec.knobs, knobs)
+            runs = self.state["runs"]
+            d = plan.decide(sweep, record, spec.knobs, knobs, runs[-1] if runs else None)
             record["decision"] = d.to_json()
         self.progress.message(_said(record))
         return record
@@ -287,12 +296,22 @@ def _said(r: dict[str, Any]) -> str:
     d = r.get("decision") or {}
     if d.get("knob"):
         line += (
-            f"; next {d['knob']} {d['current']:g} -> {d['to']:g}, predicted "
-            f"{d['predicted_tok_s']:.1f} tok/s (x{d['gain']:.2f})"
+            f"; next {_change(d)}, predicted {d['predicted_tok_s']:.1f} tok/s (x{d['gain']:.2f})"
         )
+        if d.get("note"):
+            line += f" ({d['note']})"
     elif d.get("stop"):
         line += f"; stop: {d['stop']}"
     return line
+
+
+def _change(d: dict[str, Any]) -> str:
+    """A decision's change (or a prediction row's), with the what-if's next one made with it."""
+    first = {"knob": d["knob"], "current": d.get("current", d.get("from")), "to": d["to"]}
+    return " and ".join(
+        f"{c['knob']} {_cell(c['current'])} -> {_cell(c['to'])}"
+        for c in [first, *(d.get("also") or [])]
+    )
 
 
 def _cell(v: Any) -> str:
@@ -318,11 +337,7 @@ def report(state: dict[str, Any]) -> str:
             lines.append(f"| {r['index']} | {knobs} | failed: {r.get('error')} | | | | |")
             continue
         d = r.get("decision") or {}
-        nxt = (
-            f"{d['knob']} {d['current']:g} -> {d['to']:g} (x{d['gain']:.2f} predicted)"
-            if d.get("knob")
-            else d.get("stop") or ""
-        )
+        nxt = f"{_change(d)} (x{d['gain']:.2f} predicted)" if d.get("knob") else d.get("stop") or ""
         slo = "-" if r.get("slo_pass") is None else ("met" if r["slo_pass"] else "missed")
         lines.append(
             f"| {r['index']} | {knobs} | {_cell(r.get('saturation_concurrency'))} | "
@@ -340,7 +355,7 @@ def report(state: dict[str, Any]) -> str:
                   "|---|---|---|---|---|"]  # fmt: skip
         for p in state["predictions"]:
             lines.append(
-                f"| {p['run']} | {p['knob']} {_cell(p['from'])} -> {_cell(p['to'])} | "
+                f"| {p['run']} | {_change(p)} | "
                 f"{_cell(p['predicted_tok_s'])} | {_cell(p['measured_tok_s'])} | {_cell(p['ratio'])} |"
             )
     lines += ["", f"stopped: {state.get('stopped') or '-'}; wall {state.get('wall_s', 0):g} s", ""]
@@ -351,10 +366,16 @@ def sweep_runner(make_config: Callable[[str, str | None], SweepConfig], progress
                  nvml: bool = False) -> SweepRunner:  # fmt: skip
     """A run's sweep through loadgen.sweep: adaptive doubling to the knee, its cause."""
 
-    def run(target: str, gpu: str | None, run_dir: Path) -> dict[str, Any]:
+    def run(
+        target: str, gpu: str | None, run_dir: Path, knobs: Mapping[str, float]
+    ) -> dict[str, Any]:
         from loadgen.sweep import Sweep, build_sampler
 
-        cfg = make_config(target, gpu)
+        # The caps this run was launched with are known, not to be inferred from a plateau.
+        caps = {
+            plan.WHATIF_KNOB[k]: int(v) for k, v in knobs.items() if plan.WHATIF_KNOB[k] in CAPS
+        }
+        cfg = make_config(target, gpu).model_copy(update=caps)
         sampler, _ = build_sampler(cfg, nvml=nvml)
         resume = (run_dir / "steps.jsonl").exists()
         result = Sweep(cfg, run_dir, sampler=sampler, progress=progress, resume=resume,

@@ -204,6 +204,13 @@ class Decision:
     predicted_tok_s: float | None = None
     whatif: dict[str, Any] | None = None
     step_concurrency: int | None = None  # the step whose window the what-if came from
+    # The what-if's change after this one, for the limit that then binds, where its knob is
+    # given too: made in the same relaunch ({knob, current, proposed, to}).
+    also: list[dict[str, Any]] | None = None
+    # Why this change, where the cause did not name it: the load generator set the knee
+    # (client-limited), so the engine's what-if at the knee chose it and the next run's
+    # measurement decides.
+    note: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
@@ -220,13 +227,29 @@ def _steps_from_knee(sweep: Mapping[str, Any], knee: float | None) -> list[dict[
 
 def _whatif_for(
     sweep: Mapping[str, Any], knee: float | None, knob: str
-) -> tuple[dict[str, Any], int] | None:
+) -> tuple[list[dict[str, Any]], int] | None:
+    """The what-if at the knee (the knee's own step first) whose first change moves ``knob``,
+    with the changes after it, and the step it was taken at."""
     want = WHATIF_KNOB[knob]
     for s in _steps_from_knee(sweep, knee):
-        for w in s.get("whatif") or []:
-            if w.get("knob") == want and w.get("proposed") is not None:
-                return w, s["concurrency"]
+        chain = [w for w in s.get("whatif") or [] if w.get("proposed") is not None]
+        for i, w in enumerate(chain):
+            if w.get("knob") == want:
+                return chain[i:], s["concurrency"]
     return None
+
+
+def _knobs_at_knee(
+    sweep: Mapping[str, Any], knee: float | None, knobs: Sequence[KnobSpec]
+) -> list[KnobSpec]:
+    """The given knobs in the order the what-if at the knee names them (its leading change
+    first): where the load generator set the knee, the engine's own reading of its limits."""
+    for s in _steps_from_knee(sweep, knee):
+        names = [w.get("knob") for w in s.get("whatif") or [] if w.get("proposed") is not None]
+        order = [x for n in names for x in knobs if WHATIF_KNOB[x.name] == n]
+        if order:
+            return order
+    return []
 
 
 def _value(knob: KnobSpec, v: float) -> float:
@@ -239,14 +262,56 @@ def _clip(knob: KnobSpec, value: float) -> float:
     return v if knob.name in FLOAT_KNOBS else float(int(v))
 
 
+def _target(w: Mapping[str, Any], now: float) -> float:
+    """The value the what-if proposes, from the tune's own value: the what-if's step is from
+    the engine's reading of today's value, the tune's is what it launched with."""
+    proposed = float(w["proposed"])
+    if w.get("current") and float(w["current"]) != now:
+        return now * proposed / float(w["current"])
+    return proposed
+
+
+def _also(
+    chain: Sequence[Mapping[str, Any]],
+    knobs: Sequence[KnobSpec],
+    current: Mapping[str, float],
+    first: str,
+) -> tuple[list[dict[str, Any]], float]:
+    """The what-if's change after the first, where its knob is given and it is not clipped:
+    made in the same relaunch (the first alone stops just past the next limit, which then
+    binds); and the gain over the first's that it is predicted to add."""
+    if len(chain) < 2:
+        return [], 1.0
+    w = chain[1]
+    knob = next((x for x in knobs if WHATIF_KNOB[x.name] == w.get("knob")), None)
+    if knob is None or knob.name == first or knob.name not in current:
+        return [], 1.0
+    now = current[knob.name]
+    target = _target(w, now)
+    to = _clip(knob, target)
+    gain = float((w.get("predicted") or {}).get("gain") or 0.0)
+    if to < target or to <= now or gain < MIN_GAIN:
+        return [], 1.0
+    change = {"knob": knob.name, "current": _value(knob, now),
+              "proposed": _value(knob, float(w["proposed"])), "to": _value(knob, to),
+              "limit": (w.get("predicted") or {}).get("limit")}  # fmt: skip
+    return [change], gain
+
+
 def decide(
     sweep: Mapping[str, Any],
     run: Mapping[str, Any],
     knobs: Sequence[KnobSpec],
     current: Mapping[str, float],
+    before: Mapping[str, Any] | None = None,
 ) -> Decision:
     """The knob the knee's cause names, moved as the what-if at the knee says (within its
-    bound), or why the tune stops here."""
+    bound), with the what-if's next change where its knob is given too; or why the tune
+    stops here. ``before``: the run before this one (its decision led here).
+
+    Where the load generator set the knee (client-limited), the engine's own what-if at the
+    knee names the knob, and the measurement decides: a change made that way that gained
+    under MIN_GAIN, measured, while the load generator set the knee again, ends the tune."""
     cause = run.get("cause")
     if run.get("slo_pass") is False:
         return Decision(stop="the SLO binds: no step met it")
@@ -255,18 +320,37 @@ def decide(
         return Decision(stop=f"the SLO binds before the knee (met up to {g:g}, knee at {k:g})")
     if not run.get("saturated"):
         return Decision(stop="the sweep found no knee (raise --max-concurrency)")
+    note = None
     if cause == "client-limited":
-        # The engine had room the load generator could not fill: no knob of the engine's helps.
-        return Decision(stop="the load generator was the limit at the knee (client-limited), "
-                        "not the engine: its next knee is unmeasured here")  # fmt: skip
-    named = [x for x in knobs if CAUSE_OF[WHATIF_KNOB[x.name]] == cause]
+        blind = before is not None and (before.get("decision") or {}).get("note")
+        was, now_tok = (before or {}).get("throughput_tok_s"), run.get("throughput_tok_s")
+        if blind and was and now_tok is not None and now_tok < was * MIN_GAIN:
+            return Decision(
+                stop=f"the load generator set the knee again, and the change made past the "
+                f"last one measured x{now_tok / was:.2f} (< {MIN_GAIN}x)"
+            )
+        named = _knobs_at_knee(sweep, k, knobs)
+        if not named:
+            return Decision(stop="the load generator was the limit at the knee (client-limited), "
+                            "and the engine's what-if there names no knob given")  # fmt: skip
+        note = ("the load generator set the knee (client-limited): the engine's what-if there "
+                "chose this change; the next run measures it")  # fmt: skip
+    else:
+        named = [x for x in knobs if CAUSE_OF[WHATIF_KNOB[x.name]] == cause]
     if not named:
         given = ", ".join(x.name for x in knobs)
         return Decision(
             stop=f"the cause, {cause or 'unknown'}, has no knob among those given ({given})"
         )
+    # Where two caps bind together the sweep may name one and the engine's what-if at the
+    # knee the other (the kv-cap box at 640 blocks and 64 sequences): the what-if's knob is
+    # tried after the cause's.
+    after = [x for x in _knobs_at_knee(sweep, k, knobs) if x not in named]
     reasons = []
-    for knob in named:
+    for knob in [*named, *after]:
+        if knob in after:
+            note = (f"the what-if at the knee names {knob.name}, the cause ({cause}) a knob "
+                    "it has no change for; the next run measures it")  # fmt: skip
         now = current[knob.name]
         if knob.bound is not None and now >= knob.bound:
             reasons.append(f"{knob.name} is at its bound {knob.bound:g}")
@@ -275,21 +359,22 @@ def decide(
         if found is None:
             reasons.append(f"no what-if for {knob.name} at the knee")
             continue
-        w, at = found
+        chain, at = found
+        w = chain[0]
         p = w.get("predicted") or {}
         gain = float(p.get("gain") or 0.0)
-        proposed = float(w["proposed"])
-        # The what-if's step is from the engine's reading of today's value; the tune's own
-        # value is what it launched with.
-        scale = proposed / float(w["current"]) if w.get("current") else proposed / now
-        target = now * scale if w.get("current") and float(w["current"]) != now else proposed
+        target = _target(w, now)
         to = _clip(knob, target)
         if to <= now:
             reasons.append(f"{knob.name} is at its bound {knob.bound:g}")
             continue
+        also: list[dict[str, Any]] = []
         if to < target and target > now:
             # Clipped: the gain grows with the knob up to the limit it proposed to reach.
             gain = 1.0 + (gain - 1.0) * (to - now) / (target - now)
+        else:
+            also, more = _also(chain, knobs, current, knob.name)
+            gain *= more
         if gain < MIN_GAIN:
             reasons.append(
                 f"{knob.name} {now:g} -> {to:g} is predicted to gain {gain:.2f}x (< {MIN_GAIN}x)"
@@ -299,12 +384,14 @@ def decide(
         return Decision(
             knob=knob.name,
             current=_value(knob, now),
-            proposed=_value(knob, proposed),
+            proposed=_value(knob, float(w["proposed"])),
             to=_value(knob, to),
             gain=round(gain, 3),
             predicted_tok_s=round(base * gain, 1),
             whatif=dict(w),
             step_concurrency=at,
+            also=also or None,
+            note=note,
         )
     return Decision(stop="; ".join(reasons))
 
@@ -316,7 +403,9 @@ def prediction_row(prev: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str,
         return None
     measured = run.get("throughput_tok_s")
     predicted = d.get("predicted_tok_s")
-    return {
+    also = d.get("also") or []
+    limit = ((d.get("whatif") or {}).get("predicted") or {}).get("limit")
+    row = {
         "run": prev["index"],
         "measured_run": run["index"],
         "knob": d["knob"],
@@ -325,6 +414,10 @@ def prediction_row(prev: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str,
         "predicted_tok_s": predicted,
         "measured_tok_s": measured,
         "ratio": round(predicted / measured, 3) if predicted and measured else None,
-        "predicted_next_limit": ((d.get("whatif") or {}).get("predicted") or {}).get("limit"),
+        "predicted_next_limit": also[-1].get("limit") if also else limit,
         "measured_cause": run.get("cause"),
     }
+    if also:
+        # The what-if's next change, made in the same relaunch.
+        row["also"] = [{k: c[k] for k in ("knob", "current", "to")} for c in also]
+    return row

@@ -119,6 +119,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--dcgm-exporter", metavar="URL", help="a dcgm-exporter /metrics for GPU activity"
     )
     p.add_argument("--nvml", action="store_true", help="also read this host's GPUs through NVML")
+    p.add_argument("--max-num-seqs", metavar="N",
+                   help="the engine's --max-num-seqs, for each step's diagnosis and what-if "
+                   "(else reported by the engine or inferred)")  # fmt: skip
+    p.add_argument("--max-num-batched-tokens", metavar="N",
+                   help="the engine's token budget per step, likewise")  # fmt: skip
     add_price_flag(p)
     p.add_argument(
         "--otlp-listen",
@@ -270,6 +275,8 @@ def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=
         otlp_listen=_otlp_listen(args.otlp_listen),
         otlp_wait_s=args.otlp_wait,
         gpu_hour_price=gpu_hour_price(args),
+        max_num_seqs=getattr(args, "max_num_seqs", None),
+        max_num_batched_tokens=getattr(args, "max_num_batched_tokens", None),
         target_rate_rps=getattr(args, "target_rate", None),
         capacity_margin=getattr(args, "margin", 0.2),
     )

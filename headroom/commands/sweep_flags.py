@@ -75,6 +75,8 @@ RULES = (
     Rule("master_port", int, 1, high=65535),
     Rule("target_rate", float, 0, above=True),
     Rule("margin", float, 0, high=10),
+    Rule("max_num_seqs", int, 1),
+    Rule("max_num_batched_tokens", int, 1),
 )
 
 

@@ -290,21 +290,20 @@ def diagnose(
                 window.host,
                 caps,
                 thresholds,
-                seen.get(engine_scope(e)),
                 (ctx.littles(e), ctx.seq_cap(e), ctx.token_budget(e)),
+                ctx.headroom(e),
+                ctx.cap_fill(e),
             ),  # fmt: skip
             # The engine verdicts this page cannot support, and why.
             "unjudged": unjudged(e),
-            # What changing the knob of the leading limit (and the next) would buy.
+            # What changing the knob of the leading limit (and the next) would buy: from the
+            # one Load the headroom figure reads.
             "whatif": engine_whatif(
+                ctx.load(e),
                 e,
                 window.gpus,
-                window.host,
                 ctx.seq_cap(e),
                 ctx.token_budget(e),
-                ctx.littles(e),
-                thresholds,
-                caps,
                 engine_table(e).seq_cap_setting,
             ),  # fmt: skip
         }

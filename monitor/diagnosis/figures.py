@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -427,25 +427,7 @@ def ttft_dominant(parts: dict[str, Any] | None, share: float = 0.5) -> tuple[str
     return None
 
 
-# -- How much more load fits: the headroom figure --------------------------------
-
-HEADROOM_ASSUMES = (
-    "the same request mix (prompt and output lengths); KV use, engine CPU and tokens per step "
-    "grow in proportion to the sequences running; an engine step lengthens with the tensor "
-    "work and KV cache reads it carries (its other time is per step), so each request's time "
-    "grows with the load"
-)
-
-
-def compute_share(tensor: float | None, th: Thresholds) -> float | None:
-    """The share of the engine's time spent in work that grows with the batch.
-
-    Tensor-pipe activity against what it reads when compute alone fills the GPU: the rest
-    of a step (streaming the weights, launches, the host's part) is paid once per step,
-    however many sequences ride on it."""
-    if tensor is None or tensor <= 0.02:
-        return None
-    return min(tensor / th.headroom_tensor_max, 0.99)
+# -- How much more load fits: a part of the step model (monitor.diagnosis.limits) ----
 
 
 def kv_read_share(e: EngineWindow, caps: Caps) -> float | None:
@@ -462,53 +444,6 @@ def kv_read_share(e: EngineWindow, caps: Caps) -> float | None:
         return None
     weight_bytes = flops / tokens / 2.0 * (1.0 if caps.precision == "fp8" else 2.0)
     return min(1.0, max(0.0, 1.0 - weight_bytes * steps / reads))
-
-
-def bandwidth_share(
-    gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds
-) -> float | None:
-    """The share of the engine's time spent reading KV cache: work that grows with the batch.
-
-    DRAM activity against what it reads when memory traffic alone fills the GPU, times the
-    share of the bytes that are KV cache rather than weights."""
-    dram, kv = dram_active_mean(gpus), kv_read_share(e, caps)
-    # Below a tenth of the bytes the KV share is within the weights' estimate's error.
-    if dram is None or kv is None or dram <= 0.02 or kv < th.headroom_kv_share_min:
-        return None
-    return min(dram / th.headroom_dram_max, 1.0) * kv
-
-
-def compute_limit(share: float, th: Thresholds) -> float:
-    """The factor on running sequences at which compute becomes the limit.
-
-    With a step of fixed time a and per-sequence time b*n (share = b*n / (a + b*n) now),
-    throughput n / (a + b*n) gains less than g per doubling once b*n > a * (1 - g) / 2g:
-    the knee a sweep measures by the same rule."""
-    g = th.headroom_knee_gain
-    return (1.0 - g) / (2.0 * g) * (1.0 - share) / share
-
-
-def latency_growth(share: float | None, factor: float) -> float:
-    """How much longer each request takes with the running sequences ``factor`` times more."""
-    if share is None:
-        return 1.0
-    return (1.0 - share) + share * factor
-
-
-def step_share(
-    e: EngineWindow, gpus: Sequence[GpuWindow], caps: Caps, th: Thresholds
-) -> tuple[float | None, str | None]:
-    """The share of an engine step that grows with the sequences running, and which work it
-    is ("compute" or "bandwidth"); (None, None) where no reading says.
-
-    Tensor work and KV reads both grow with the sequences; the larger sets the knee (the
-    tensor pipes run while a memory-bound step streams, so the two overlap in time)."""
-    tensor = compute_share(tensor_active_mean(gpus), th)
-    memory = bandwidth_share(gpus, e, caps, th)
-    if tensor is None and memory is None:
-        return None, None
-    share = min(max(tensor or 0, memory or 0), 0.99)
-    return share, "bandwidth" if (memory or 0) > (tensor or 0) else "compute"
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,21 +465,20 @@ class CapFill:
 
 def cap_fill(
     e: EngineWindow,
-    gpus: Sequence[GpuWindow],
     cap: SeqCap,
     lit: Littles,
     room: dict[str, Any] | None,
-    caps: Caps,
-    th: Thresholds,
+    growth_at: Callable[[float], float] | None,
 ) -> CapFill | None:
+    """``growth_at(f)``: how much longer a step takes with f times today's sequences (the
+    headroom figure's step model, limits.StepModel.growth; None: not known)."""
     if not cap.value:
         return None
     today = cap.value / lit.slot_latency_s if lit.slot_latency_s else None
     running = e.running_mean
     growth = 1.0
-    if running and running > 0:
-        share, _ = step_share(e, gpus, caps, th)
-        growth = latency_growth(share, max(1.0, cap.value / running))
+    if running and running > 0 and growth_at is not None:
+        growth = growth_at(max(1.0, cap.value / running))
     rps = None if today is None else today / growth
     first = None
     if room is not None and room["limit"] != "seq-cap":
@@ -552,76 +486,6 @@ def cap_fill(
         if seq is None or room["factor"] < seq:
             first = room["limit"]
     return CapFill(cap.value, today, rps, round(growth, 3), first)
-
-
-def headroom_estimate(
-    e: EngineWindow,
-    gpus: Sequence[GpuWindow],
-    host: HostWindow | None,
-    cap: SeqCap,
-    budget: TokenBudget,
-    lit: Littles,
-    th: Thresholds,
-    caps: Caps,
-) -> dict[str, Any] | None:
-    """By how much the load can grow before the first limit, from one window.
-
-    Each limit is the factor by which running sequences can grow before it binds: the
-    sequence cap (cap / running), the KV cache (kv_full / KV used), compute or bandwidth (where
-    a doubling would gain under headroom_knee_gain, from the share of the step that grows with
-    the batch: the tensor cores' and the KV cache reads'), the engine
-    thread (a full core / its share) and the token budget (budget / tokens per step,
-    prefill-heavy only). The smallest is the first; the concurrency there is the running
-    sequences times it, and the request rate by Little's law with each request's time grown
-    by the longer steps it rides on.
-    """
-    running = e.running_mean
-    if not running or running <= 0:
-        return None
-    limits: dict[str, float] = {}
-    if cap.value:
-        limits["seq-cap"] = cap.value / running
-    kv = e.kv_cache_usage_mean
-    if kv is not None and kv > 0.01:
-        limits["kv-cap"] = th.kv_full / kv
-    share, gpu_limit = step_share(e, gpus, caps, th)
-    if share is not None and gpu_limit is not None:
-        limits[gpu_limit] = compute_limit(share, th)
-    thread = engine_thread_ratio(host)
-    busy = busy_fraction(gpus)
-    if (
-        thread is not None
-        and thread >= th.headroom_cpu_min
-        and busy is not None
-        and busy < th.util_low
-    ):
-        # Much of an engine step's CPU is per step, not per sequence, and an engine loop that
-        # polls (vLLM's CPU build spins near a full core at one stream) looks as busy as one
-        # that works: the thread counts as a limit only once it is busy while the GPU idles
-        # beside it, as in CPU in the path.
-        limits["cpu"] = 1.0 / thread
-    if (
-        budget.value
-        and e.iteration_tokens_mean
-        and budget.prefill_share is not None
-        and budget.prefill_share >= th.prefill_share_min
-    ):
-        limits["token-cap"] = budget.value / e.iteration_tokens_mean
-    if not limits:
-        return None
-    limit = min(limits, key=lambda k: limits[k])
-    factor = max(1.0, limits[limit])
-    rate = lit.throughput_rps
-    growth = latency_growth(share, factor)
-    return {
-        "factor": round(factor, 3),
-        "limit": limit,
-        "concurrency_at_limit": round(running * factor, 2),
-        "rate_at_limit_rps": None if rate is None else round(rate * factor / growth, 4),
-        "latency_growth": round(growth, 3),
-        "limits": {k: round(max(1.0, v), 3) for k, v in sorted(limits.items())},
-        "assumes": HEADROOM_ASSUMES,
-    }
 
 
 # -- All of it, for the report -------------------------------------------------
@@ -637,15 +501,15 @@ def engine_analysis(
     host: HostWindow | None,
     caps: Caps,
     th: Thresholds,
-    seen: SeenCap | None = None,
-    made: tuple[Littles, SeqCap, TokenBudget] | None = None,
+    made: tuple[Littles, SeqCap, TokenBudget],
+    room: dict[str, Any] | None,
+    filled: CapFill | None,
 ) -> dict[str, Any]:
     """The per-engine figures the report, exporter and TUI show (names are an interface).
 
-    ``made``: the engine's Little's-law figures, sequence cap and token budget, where the
-    rules have made them already."""
-    if made is None:
-        made = littles(e, th), seq_cap(e, caps, th, seen), token_budget(e, caps, th)
+    ``made``: the engine's Little's-law figures, sequence cap and token budget, as the rules
+    made them; ``room``: the headroom figure (limits.headroom); ``filled``: the rate that
+    fills the sequence cap (cap_fill)."""
     lit, cap, budget = made
     busy = busy_fraction(gpus)
     steps = steps_per_s(e)
@@ -655,8 +519,6 @@ def engine_analysis(
         gpu_ms = 1000.0 * busy / steps
         gap_ms = 1000.0 * (1.0 - min(busy, 1.0)) / steps
     roof = roofline(e, gpus, caps)
-    room = headroom_estimate(e, gpus, host, cap, budget, lit, th, caps)
-    filled = cap_fill(e, gpus, cap, lit, room, caps, th)
     return {
         "headroom": room,
         "ttft_parts": ttft_parts(e),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.diagnosis import figures as fig
+from monitor.diagnosis.limits import Load, headroom, load_from_window
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Cause, Evidence, Verdict
 from monitor.report import engine_scope
@@ -76,12 +77,13 @@ class Context:
     def littles(self, e: EngineWindow) -> fig.Littles:
         return self._once("littles", e, lambda: fig.littles(e, self.th))
 
-    def headroom(self, e: EngineWindow) -> dict[str, Any] | None:
-        """How much more load fits (figures.headroom_estimate), made once a window."""
+    def load(self, e: EngineWindow) -> Load | None:
+        """Where each limit binds and the step's parts (limits.load_from_window), made once a
+        window: the headroom figure, the rate that fills the cap and the what-if read it."""
         return self._once(
-            "headroom",
+            "load",
             e,
-            lambda: fig.headroom_estimate(
+            lambda: load_from_window(
                 e,
                 self.gpus,
                 self.window.host,
@@ -93,10 +95,19 @@ class Context:
             ),
         )
 
+    def headroom(self, e: EngineWindow) -> dict[str, Any] | None:
+        """How much more load fits (limits.headroom), made once a window."""
+        return self._once("headroom", e, lambda: headroom(self.load(e)))
+
     def cap_fill(self, e: EngineWindow) -> fig.CapFill | None:
         """The rate that fills the sequence cap, as every face says it."""
+        load = self.load(e)
         return fig.cap_fill(
-            e, self.gpus, self.seq_cap(e), self.littles(e), self.headroom(e), self.caps, self.th
+            e,
+            self.seq_cap(e),
+            self.littles(e),
+            self.headroom(e),
+            None if load is None else load.step.growth,
         )
 
     @property

@@ -1,26 +1,17 @@
 """What a config change buys, predicted from one window: the what-if.
 
-Two pure steps, so that a tuner can call the second with figures of its own:
-``load_from_window`` reads what the window measured (running sequences, throughput, the
-factor on the running sequences at which each limit binds, the parts of an engine step) and
-``knobs_from_window`` the engine's settings (caps, KV blocks, cache dtype); ``predict`` turns
-both into changes to try.
+Two pure steps, so that a tuner can call the second with figures of its own: the window's
+``Load`` (limits.load_from_window: running sequences, throughput, the factor on the running
+sequences at which each limit binds, the parts of an engine step; the one the headroom
+figure reads too) and ``knobs_from_window`` the engine's settings (caps, KV blocks, cache
+dtype); ``predict`` turns both into changes to try.
 
-The step model (StepModel): an engine step streams the weights once, however many sequences
-ride on it, while the tensor work and the KV cache reads grow with them; a GEMM takes as long
-as the slower of its bytes and its FLOPs, so the tensor work hides under the weights' stream
-until it outgrows it. The parts' shares of a step are read from the GPU's tensor and DRAM
-activity, the KV cache's part from the bytes it holds at the GPU's bandwidth; without a GPU
-reading steps are assumed not to lengthen, and the basis says so. With the running sequences
-f times today's, throughput is f / growth(f) times today's, and the GPU's knee is where one
-more doubling gains under 10% (the rule a sweep's knee follows).
-
-Each limit is a factor on today's running sequences: the sequence cap, the KV cache, the
-token budget (prefill-heavy loads), the GPU's knee (compute or bandwidth) and the engine's
-CPU. A knob scales its limit's factor by the ratio of its new value to today's. The leading
+A knob scales its limit's factor by the ratio of its new value to today's. The leading
 limit's knob is proposed at twice today's value, or just past the next limit behind it
 where that comes sooner (a cap raised further buys nothing once another binds); the change
-after it, for the limit that then binds, follows on top of the first.
+after it, for the limit that then binds, follows on top of the first. Throughput at a new
+limit comes from the step model (limits.StepModel), against the box at today's limit: the
+headroom figure's rate there.
 """
 
 from __future__ import annotations
@@ -32,15 +23,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.diagnosis import figures as fig
-from monitor.diagnosis.thresholds import Caps, Thresholds
+from monitor.diagnosis.limits import (
+    GPU_LIMITS,
+    MARGIN,
+    Load,
+    StepModel,
+    binding,
+    cc_float,
+)
 from monitor.diagnosis.verdict import Verdict
 from monitor.whatif_text import whatif_text
-from monitor.window import EngineWindow, GpuWindow, HostWindow
+from monitor.window import EngineWindow, GpuWindow
 
-# A knob is raised at most this much in one change, and just past (by MARGIN) the next limit
-# where that comes sooner: past it, so that limit, not the knob, binds once the change is made.
+__all__ = ["Knobs", "Load", "StepModel", "engine_whatif", "for_cause", "predict", "with_whatif"]
+
+# A knob is raised at most this much in one change, and just past (by limits.MARGIN) the next
+# limit where that comes sooner: past it, so that limit, not the knob, binds once it is made.
 STEP = 2.0
-MARGIN = 1.2
 # A change predicted to gain less than this is not proposed (a tuner stops there too).
 MIN_GAIN = 1.05
 # What an fp8 KV cache does to the tokens that fit: half the bytes a token.
@@ -49,74 +48,7 @@ FP8_KV = 2.0
 # other processes need some).
 GMU_MAX = 0.95
 
-_GPU_LIMITS = ("compute", "bandwidth")
 _WIDE_DTYPES = {"auto", "bfloat16", "float16", "half", "float32", "f16", "bf16"}
-
-
-@dataclass(frozen=True, slots=True)
-class StepModel:
-    """What an engine step is made of now, as shares of its time (None: not read).
-
-    ``compute``: the tensor work (grows with the batch); ``weights``: streaming the weights
-    (once a step, however many ride on it); ``kv``: reading the KV cache (grows with the
-    batch). A step takes as long as the slower of its memory traffic (the weights and the KV
-    cache) and its tensor work, as a roofline has it (the GPU overlaps the two: the tensor
-    work hides under the weights' stream until it outgrows it), plus the rest (launches,
-    the host's part), paid once a step."""
-
-    compute: float | None = None
-    weights: float | None = None
-    kv: float | None = None
-
-    def growth(self, f: float) -> float:
-        """How much longer a step takes with ``f`` times the sequences."""
-        c, k = self.compute or 0.0, self.kv or 0.0
-        if self.weights is None:
-            # No DRAM reading: nothing says the tensor work hides under the weights' stream.
-            return (1.0 - c - k) + (c + k) * f
-        w = self.weights
-        # Activity read as shares may overlap past the whole step: normalised so that today's
-        # step is 1.
-        rest = max(0.0, 1.0 - max(c, w + k))
-        return (rest + max(c * f, w + k * f)) / (rest + max(c, w + k))
-
-    def knee(self, gain: float) -> tuple[str, float] | None:
-        """Where one more doubling of the sequences gains under ``gain`` in throughput (the
-        rule a sweep's knee follows), and which part of the step grows most there."""
-        if not self.compute and not self.kv:
-            return None
-        f = 0.01
-        while f < 1e5:
-            if 2.0 * self.growth(f) / self.growth(2.0 * f) < 1.0 + gain:
-                tensor = (self.compute or 0.0) * f
-                memory = (self.weights or 0.0) + (self.kv or 0.0) * f
-                return ("compute" if tensor >= memory else "bandwidth"), f
-            f *= 1.02
-        return None
-
-    def words(self) -> str | None:
-        parts = []
-        if self.compute is not None:
-            parts.append(f"tensor work {100 * self.compute:.0f}%")
-        if self.weights is not None:
-            parts.append(f"the weights' stream {100 * self.weights:.0f}%")
-        if self.kv is not None:
-            parts.append(f"KV reads {100 * self.kv:.0f}%")
-        return ", ".join(parts) + " of a step" if parts else None
-
-
-@dataclass(frozen=True, slots=True)
-class Load:
-    """What one window measured, the what-if's inputs (a tuner may build one from a sweep)."""
-
-    running: float  # mean running sequences
-    tokens_per_s: float | None  # generation tokens per second
-    rate_rps: float | None  # completions per second
-    # The factor on today's running sequences at which each limit binds (below 1: bound now).
-    limits: Mapping[str, float]
-    step: StepModel
-    tokens_per_step: float | None = None
-    prompt_tokens_mean: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,96 +70,7 @@ class Knobs:
     origins: Mapping[str, str] = field(default_factory=dict)  # knob -> where it was read
 
 
-# -- the window's figures ------------------------------------------------------------
-
-
-def kv_read_time(
-    gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds
-) -> float | None:
-    """The share of the engine's time spent reading the KV cache: each step reads the cache
-    its sequences hold (KV used x the cache's bytes, from vLLM's cache_config_info) at the
-    bandwidth the GPU reaches (its peak x headroom_dram_max). None where any is unknown."""
-    kv_bytes, used = _cc_float(e, "kv_cache_memory_bytes"), e.kv_cache_usage_mean
-    peak, steps = fig.gpu_peak(gpus, caps), fig.steps_per_s(e)
-    if not kv_bytes or used is None or peak is None or not steps:
-        return None
-    return used * kv_bytes / (peak.hbm_bytes_per_s * th.headroom_dram_max) * steps
-
-
-def step_model(gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds) -> StepModel:
-    """The step's parts from the GPU's activity: tensor-pipe activity against what it reads
-    when compute alone fills the GPU, DRAM activity likewise, of which the KV cache's reads
-    take the time kv_read_time says (or, without it, the share of bytes vLLM's estimated
-    FLOPs and bytes leave to the KV cache: figures.kv_read_share); the weights the rest."""
-    tensor, dram = fig.tensor_active_mean(gpus), fig.dram_active_mean(gpus)
-    compute = None if tensor is None else min(tensor / th.headroom_tensor_max, 1.0)
-    if dram is None:
-        return StepModel(compute=compute)
-    memory = min(dram / th.headroom_dram_max, 1.0)
-    kv_part = kv_read_time(gpus, e, caps, th)
-    if kv_part is None:
-        share = fig.kv_read_share(e, caps)
-        kv_part = None if share is None else memory * share
-    kv_part = None if kv_part is None else min(kv_part, memory)
-    return StepModel(compute=compute, weights=memory - (kv_part or 0.0), kv=kv_part)
-
-
-def load_from_window(
-    e: EngineWindow,
-    gpus: Sequence[GpuWindow],
-    host: HostWindow | None,
-    cap: fig.SeqCap,
-    budget: fig.TokenBudget,
-    lit: fig.Littles,
-    th: Thresholds,
-    caps: Caps,
-) -> Load | None:
-    """The what-if's inputs from a window; None where nothing runs."""
-    running = e.running_mean
-    if not running or running <= 0:
-        return None
-    limits: dict[str, float] = {}
-    if cap.value:
-        limits["seq-cap"] = cap.value / running
-    kv = e.kv_cache_usage_mean
-    if kv is not None and kv > 0.001:
-        # A KV cache barely used still fills at some load: its factor is large, not absent.
-        limits["kv-cap"] = th.kv_full / kv
-    step = step_model(gpus, e, caps, th)
-    knee = step.knee(th.headroom_knee_gain)
-    if knee is not None:
-        limits[knee[0]] = knee[1]
-    thread, busy = fig.engine_thread_ratio(host), fig.busy_fraction(gpus)
-    if thread is not None and busy is not None:
-        # As the headroom figure has it (a thread busy while the GPU idles), and also where the
-        # cpu-bound rule names the thread (a full core beside a GPU short of busy): on the
-        # H200 llama.cpp's one thread at 96% of a core beside 67% GPU busy held 8 slots, and
-        # 16 slots then ran 0.9x the tokens of 8, not the 2x a slot count alone predicts.
-        idle_beside = thread >= th.headroom_cpu_min and busy < th.util_low
-        in_path = thread >= th.engine_thread_busy and busy < th.util_saturated
-        if idle_beside or in_path:
-            limits["cpu"] = 1.0 / thread
-    if (
-        budget.value
-        and e.iteration_tokens_mean
-        and budget.prefill_share is not None
-        and budget.prefill_share >= th.prefill_share_min
-    ):
-        limits["token-cap"] = budget.value / e.iteration_tokens_mean
-    if not limits:
-        return None
-    prompt_mean = None
-    if e.prompt_tokens_per_s and lit.throughput_rps:
-        prompt_mean = e.prompt_tokens_per_s / lit.throughput_rps
-    return Load(
-        running=running,
-        tokens_per_s=e.generation_tokens_per_s,
-        rate_rps=lit.throughput_rps,
-        limits=limits,
-        step=step,
-        tokens_per_step=e.iteration_tokens_mean,
-        prompt_tokens_mean=prompt_mean,
-    )
+# -- the engine's settings -----------------------------------------------------------
 
 
 def _cc_int(e: EngineWindow, key: str) -> int | None:
@@ -237,14 +80,6 @@ def _cc_int(e: EngineWindow, key: str) -> int | None:
     except ValueError:
         return None
     return n if n is not None and n > 0 else None
-
-
-def _cc_float(e: EngineWindow, key: str) -> float | None:
-    v = dict(e.cache_config).get(key)
-    try:
-        return float(v) if v not in (None, "", "None") else None
-    except ValueError:
-        return None
 
 
 def knobs_from_window(
@@ -275,8 +110,8 @@ def knobs_from_window(
         num_gpu_blocks=_cc_int(e, "num_gpu_blocks"),
         blocks_override=_cc_int(e, "num_gpu_blocks_override") is not None,
         block_size=_cc_int(e, "block_size"),
-        gpu_memory_utilization=_cc_float(e, "gpu_memory_utilization"),
-        kv_cache_bytes=_cc_float(e, "kv_cache_memory_bytes"),
+        gpu_memory_utilization=cc_float(e, "gpu_memory_utilization"),
+        kv_cache_bytes=cc_float(e, "kv_cache_memory_bytes"),
         gpu_memory_bytes=totals[0] if totals else None,
         cache_dtype=cc.get("cache_dtype"),
         origins=origins,
@@ -292,7 +127,7 @@ def _growth(load: Load, factor: float) -> float:
 
 def _throughput(load: Load, factor: float) -> float:
     """Throughput at ``factor`` times today's running sequences, over today's."""
-    return factor / _growth(load, factor)
+    return load.step.throughput(factor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,18 +138,6 @@ class _Move:
     proposed: Any
     scale: float  # how much the limit's factor grows
     notes: tuple[str, ...] = ()
-
-
-def _binding(limits: Mapping[str, float]) -> str:
-    """The limit that binds first. The GPU's knee is soft (past it a doubling still gains a
-    little) where a cap is hard: a cap within MARGIN behind the knee is what holds requests
-    back there, and is named."""
-    first = min(limits, key=lambda k: limits[k])
-    if first in _GPU_LIMITS:
-        hard = [k for k in limits if k not in _GPU_LIMITS and limits[k] <= limits[first] * MARGIN]
-        if hard:
-            return min(hard, key=lambda k: limits[k])
-    return first
 
 
 def _want(limits: Mapping[str, float], lead: str) -> float:
@@ -380,26 +203,29 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
     limits = dict(load.limits)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
+    pending = False
     for _ in range(2):
-        lead = _binding(limits)
+        lead = binding(limits)
         blocked = False
         if lead == "cpu" and not out:
             # The engine's CPU binds before the cap that holds requests: raising the cap buys
             # nothing, which is worth saying where the cap's verdict says to raise it.
-            caps = [k for k in limits if k not in _GPU_LIMITS and k != "cpu"]
+            caps = [k for k in limits if k not in GPU_LIMITS and k != "cpu"]
             if not caps:
                 break
             lead, blocked = min(caps, key=lambda k: limits[k]), True
-        if lead in seen or lead in _GPU_LIMITS or lead == "cpu":
+        if lead in seen or lead in GPU_LIMITS or lead == "cpu":
             break
         # Blocked, the usual doubling: what a user would try, and what buys nothing.
         move = _move(lead, STEP if blocked else _want(limits, lead), knobs)
         if move is None:
             break
         seen.add(lead)
-        before = max(1.0, limits[lead])
+        # Against the limit that binds today (the headroom figure's): where the CPU binds
+        # before the cap, raising the cap leaves it where it is.
+        before = max(1.0, limits[binding(limits)])
         limits[lead] = limits[lead] * move.scale
-        now = _binding(limits)
+        now = binding(limits)
         factor = max(1.0, limits[now])
         # The next to bind past it (a GPU knee just before a cap is named in the basis).
         behind = {k: v for k, v in limits.items() if k != now and v >= limits[now]}
@@ -408,9 +234,19 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
         if entry["predicted"]["gain"] < MIN_GAIN:
             if blocked:
                 out.append(entry)
+            elif not out and now not in seen and now not in GPU_LIMITS and now != "cpu":
+                # Two caps that bind together (a KV cache full at the sequence cap): the first
+                # change alone buys nothing, the two together may. Kept only where the change
+                # on top of it gains.
+                entry["basis"]["assumed"].append(
+                    f"buys nothing alone: {now} binds at once; with the change below"
+                )
+                out.append(entry)
+                pending = True
+                continue
             break  # within what one window's figures can tell from no change
         out.append(entry)
-    return out
+    return [] if pending and len(out) < 2 else out
 
 
 def _entry(
@@ -516,19 +352,16 @@ def _fmt_tok(v: float | None) -> str:
 
 
 def engine_whatif(
+    load: Load | None,
     e: EngineWindow,
     gpus: Sequence[GpuWindow],
-    host: HostWindow | None,
     cap: fig.SeqCap,
     budget: fig.TokenBudget,
-    lit: fig.Littles,
-    th: Thresholds,
-    caps: Caps,
     seq_flag: str = "--max-num-seqs",
 ) -> list[dict[str, Any]]:
-    """The what-if for one engine's window (``engines[].whatif``); empty where nothing can
-    be predicted (no load, no limit known, or the leading limit has no knob)."""
-    load = load_from_window(e, gpus, host, cap, budget, lit, th, caps)
+    """The what-if for one engine's window (``engines[].whatif``) from its Load (the one the
+    headroom figure reads); empty where nothing can be predicted (no load, no limit known,
+    or the leading limit has no knob)."""
     if load is None:
         return []
     return predict(load, knobs_from_window(e, gpus, cap, budget, seq_flag))

@@ -14,7 +14,11 @@ from monitor.report import engine_scope
 
 ROOMY_GPU = gpu(1.0, 0.89, 0.05, 0.82)  # memory-bound decode: tensor cores idle, room for more
 QUEUED = dict(running=8, waiting=24, rps=2.0, e2e_s=4.0, queue_s=1.0)
-LIGHT = dict(running=4, waiting=0, rps=1.0, e2e_s=4.0, queue_s=0.0)
+# vLLM's estimated FLOPs and bytes at 30 steps a second of an 8B model: the KV cache of the
+# 4 sequences is 12% of the bytes a step reads, so the steps lengthen as sequences are added.
+LIGHT = dict(running=4, waiting=0, rps=1.0, e2e_s=4.0, queue_s=0.0, steps_per_s=30,
+             tokens_per_step=4, gen_tps=120.0, flops_per_s=2 * 8e9 * 120,
+             bytes_per_s=16e9 * 30 / 0.88)  # fmt: skip
 
 
 def _analysis(d, w):  # type: ignore[no-untyped-def]

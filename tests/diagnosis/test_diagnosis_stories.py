@@ -11,6 +11,9 @@ from monitor.diagnosis import Caps, diagnose
 from monitor.report import build_report, engine_scope
 
 LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
+# vLLM's estimated FLOPs and bytes for those steps (300 tokens/s of an 8B model, 30 steps a
+# second): the weights are 70% of the bytes a step reads, the KV cache of 10 sequences 30%.
+KV_READS = dict(gen_tps=300.0, flops_per_s=2 * 8e9 * 300, bytes_per_s=16e9 * 30 / 0.7)
 
 
 def test_story_a_light_load_is_starved_and_names_the_fill_rate() -> None:
@@ -22,7 +25,13 @@ def test_story_a_light_load_is_starved_and_names_the_fill_rate() -> None:
         21,
         gpus=[LIGHT_GPU],
         engine=dict(
-            running=10, rps=1.0, e2e_s=10.0, queue_s=0.0, steps_per_s=30, tokens_per_step=10
+            running=10,
+            rps=1.0,
+            e2e_s=10.0,
+            queue_s=0.0,
+            steps_per_s=30,
+            tokens_per_step=10,
+            **KV_READS,
         ),
     )
     d = diagnose(w, caps=Caps(max_num_seqs=64))
@@ -30,7 +39,7 @@ def test_story_a_light_load_is_starved_and_names_the_fill_rate() -> None:
     assert top.cause == "starved"
     a = d.analyses[engine_scope(w.engines[0])]
     # One rate fills the slots wherever it is said: the headroom figure's, which allows for
-    # the longer steps 64 sequences ride on (tensor work 5% of a step now); the 6.4 of the
+    # the longer steps 64 sequences ride on (their KV reads: 30% of the bytes at 10); the 6.4 of the
     # story (today's request time) is named as such, not set beside it as a second answer.
     room = a["headroom"]
     assert room["limit"] == "seq-cap" and room["latency_growth"] > 1.2
@@ -215,7 +224,13 @@ def test_story_a_starved_says_the_idle_part_of_the_bill() -> None:
         21,
         gpus=[dataclasses.replace(LIGHT_GPU, power_watts=300.0)],
         engine=dict(
-            running=10, rps=1.0, e2e_s=10.0, queue_s=0.0, steps_per_s=30, tokens_per_step=10
+            running=10,
+            rps=1.0,
+            e2e_s=10.0,
+            queue_s=0.0,
+            steps_per_s=30,
+            tokens_per_step=10,
+            **KV_READS,
         ),
     )
     top = diagnose(w, caps=Caps(max_num_seqs=64), gpu_hour_price=2.5).verdicts[0]

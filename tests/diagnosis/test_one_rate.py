@@ -15,6 +15,10 @@ from monitor.report import build_report, engine_scope, render_text
 
 LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)  # streaming the weights for a small batch: room to grow
 MID_GPU = gpu(0.6, 0.45, 0.3, 0.3)
+# vLLM's estimated FLOPs and bytes for the light load's steps (300 tokens/s of an 8B model,
+# 30 steps a second): the KV cache of 10 sequences is 30% of the bytes a step reads, so the
+# steps lengthen as sequences are added.
+KV_READS = dict(gen_tps=300.0, flops_per_s=2 * 8e9 * 300, bytes_per_s=16e9 * 30 / 0.7)
 
 RATE = re.compile(r"(\d+(?:\.\d+)?) req/s")
 
@@ -23,7 +27,16 @@ def _starved() -> tuple:
     w = make_window(
         21,
         gpus=[LIGHT_GPU],
-        engine=dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0, reported_seqs=64),
+        engine=dict(
+            running=10,
+            rps=1.0,
+            e2e_s=10.0,
+            queue_s=0.0,
+            reported_seqs=64,
+            steps_per_s=30,
+            tokens_per_step=10,
+            **KV_READS,
+        ),  # fmt: skip
     )
     d = diagnose(w)
     return w, d, d.analyses[engine_scope(w.engines[0])]

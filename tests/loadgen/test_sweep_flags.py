@@ -26,6 +26,8 @@ TABLE = [
     ("--target-rate", ["0", "-2", "x", "inf"], "a number above 0"),
     ("--margin", ["-0.1", "11", "x"], "a number from 0 to 10"),
     ("--max-concurrency", ["0", "-2", "many"], "an integer, 1 or more"),
+    ("--max-num-seqs", ["0", "-8", "1.5"], "an integer, 1 or more"),
+    ("--max-num-batched-tokens", ["0", "x"], "an integer, 1 or more"),
     ("--step-seconds", ["0", "-1", "inf", "x"], "a number above 0"),
     ("--warmup-seconds", ["-0.5", "x"], "a number, 0 or more"),
     ("--input-tokens", ["0", "-5", "1.5"], "an integer, 1 or more"),

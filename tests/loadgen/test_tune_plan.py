@@ -57,13 +57,87 @@ def test_stops_when_the_cause_names_no_knob_given() -> None:
     assert d.knob is None and "seq-cap" in d.stop and "max_num_batched_tokens" in d.stop
 
 
-def test_stops_where_the_load_generator_was_the_limit() -> None:
+# The kv-cap box's miss (bench/results/tune_vs_grid_sim.txt, 2026-12-03 09:42): at 640 blocks
+# and max_num_seqs 64 the knee sat at 64 streams, named client-limited on 2 cores, and the tune
+# stopped at 0.74 of the grid's best. The engine's own what-if at that knee: the KV cache full
+# first, the sequence cap just behind it.
+KV_KNEE_WHATIF = [
+    {"knob": "num_gpu_blocks", "current": 640, "proposed": 854,
+     "predicted": {"gain": 1.1, "limit": "seq-cap"}},
+    {"knob": "max_num_seqs", "current": 64, "proposed": 128,
+     "predicted": {"gain": 1.5, "limit": "kv-cap"}},
+]  # fmt: skip
+KV_KNOBS = ["num_blocks=320:2560", "max_num_seqs=64:256"]
+KV_NOW = {"num_blocks": 640, "max_num_seqs": 64}
+
+
+def _client_limited(whatif: list[dict]) -> dict:
     sweep = copy.deepcopy(SWEEP)
     sweep["saturation"]["cause"] = "client-limited"
+    for s in sweep["steps"]:
+        s["whatif"] = copy.deepcopy(whatif)
+    return sweep
+
+
+def test_a_knee_the_load_generator_set_steps_the_knobs_the_engine_s_what_if_names() -> None:
+    sweep = _client_limited(KV_KNEE_WHATIF)
+    run = {**_run(sweep), "knobs": dict(KV_NOW)}
+    d = plan.decide(sweep, run, plan.parse_knobs(KV_KNOBS, False), KV_NOW)
+    assert d.stop is None, d.stop
+    # The KV cache's change, and the sequence cap's behind it in the same relaunch: the first
+    # alone stops just past the cap, which then binds.
+    assert (d.knob, d.current, d.to) == ("num_blocks", 640, 854)
+    assert d.also == [{"knob": "max_num_seqs", "current": 64, "proposed": 128, "to": 128,
+                       "limit": "kv-cap"}]  # fmt: skip
+    assert d.gain == pytest.approx(1.1 * 1.5, rel=1e-3)
+    assert "client-limited" in d.note and "measures" in d.note
+    # The next run is launched with both.
+    prev = {**run, "decision": d.to_json()}
+    nxt = {"index": 1, "status": "ok", "knobs": {"num_blocks": 854, "max_num_seqs": 128},
+           "throughput_tok_s": 6000.0, "cause": "kv-cap"}  # fmt: skip
+    row = plan.prediction_row(prev, nxt)
+    assert row["also"] == [{"knob": "max_num_seqs", "current": 64, "to": 128}]
+    assert row["predicted_next_limit"] == "kv-cap"
+    page = report({"mode": "tune", "launch": "x", "runs": [prev, nxt], "predictions": [row],
+                   "best": plan.best_run([prev, nxt], False), "stopped": "done"})  # fmt: skip
+    assert "num_blocks 640 -> 854 and max_num_seqs 64 -> 128" in page
+
+
+def test_the_measurement_ends_blind_steps_that_gain_nothing() -> None:
+    sweep = _client_limited(KV_KNEE_WHATIF)
+    knobs = plan.parse_knobs(KV_KNOBS, False)
+    first = {**_run(sweep), "knobs": dict(KV_NOW), "throughput_tok_s": 5000.0}
+    first["decision"] = plan.decide(sweep, first, knobs, KV_NOW).to_json()
+    now = {"num_blocks": 854, "max_num_seqs": 128}
+    # The load generator set the knee again and the change bought 2%: stop there.
+    flat = {**_run(sweep), "index": 1, "knobs": now, "throughput_tok_s": 5100.0}
+    d = plan.decide(sweep, flat, knobs, now, first)
+    assert d.knob is None and "measured x1.02" in d.stop
+    # It bought 20%: keep following the engine's what-if.
+    more = {**flat, "throughput_tok_s": 6000.0}
+    assert plan.decide(sweep, more, knobs, now, first).knob is not None
+
+
+def test_a_knee_the_load_generator_set_stops_where_the_what_if_names_no_knob_given() -> None:
+    sweep = _client_limited([])
     d = plan.decide(
         sweep, _run(sweep), plan.parse_knobs(["max_num_seqs=8:64"], False), {"max_num_seqs": 8}
     )
     assert d.knob is None and "load generator" in d.stop
+
+
+def test_the_what_if_s_next_change_waits_where_its_knob_is_not_given_or_clipped() -> None:
+    sweep = copy.deepcopy(SWEEP)
+    sweep["saturation"]["cause"] = "kv-cap"
+    for s in sweep["steps"]:
+        s["whatif"] = copy.deepcopy(KV_KNEE_WHATIF)
+    alone = plan.decide(sweep, _run(sweep), plan.parse_knobs(["num_blocks=320:2560"], False),
+                        {"num_blocks": 640})  # fmt: skip
+    assert (alone.knob, alone.to, alone.also) == ("num_blocks", 854, None)
+    assert alone.gain == pytest.approx(1.1)
+    clipped = plan.decide(sweep, _run(sweep), plan.parse_knobs(["num_blocks=320:2560",
+                          "max_num_seqs=64:100"], False), KV_NOW)  # fmt: skip
+    assert (clipped.knob, clipped.also) == ("num_blocks", None)
 
 
 def test_stops_under_five_percent_predicted_gain() -> None:
@@ -154,3 +228,16 @@ def test_grid_is_every_combination_in_order() -> None:
     assert len(configs) == 6
     assert configs[0] == {"max_num_seqs": 8, "max_num_batched_tokens": 2048}
     assert configs[-1] == {"max_num_seqs": 16, "max_num_batched_tokens": 8192}
+
+
+def test_where_the_cause_s_knob_has_no_what_if_the_what_if_s_own_knob_is_stepped() -> None:
+    # The kv-cap box again (session 15's run): at 640 blocks and max_num_seqs 64 the sweep named
+    # kv-cap while the engine's what-if at the knee, told the cap, led with the cap (both bind
+    # at 64 sequences) and proposed nothing for the blocks: the tune had stopped there.
+    sweep = copy.deepcopy(SWEEP)
+    sweep["saturation"]["cause"] = "kv-cap"
+    for s in sweep["steps"]:
+        s["whatif"] = copy.deepcopy(KV_KNEE_WHATIF[1:])
+    d = plan.decide(sweep, _run(sweep), plan.parse_knobs(KV_KNOBS, False), KV_NOW)
+    assert (d.knob, d.current, d.to) == ("max_num_seqs", 64, 128)
+    assert "kv-cap" in d.note and "measures" in d.note

@@ -44,6 +44,9 @@ def test_tune_follows_seq_cap_and_resumes(tmp_path: Path) -> None:
     # Each step keeps its window's what-if in sweep.json; the CSV leaves the list out.
     steps = json.loads((out / "run-00" / "sweep.json").read_text())["steps"]
     assert any(w["knob"] == "max_num_seqs" for s in steps for w in s["whatif"] or [])
+    # ... taken with the cap the run was launched with, not one inferred from a plateau.
+    said = [m for s in steps for w in s["whatif"] or [] for m in w["basis"]["measured"]]
+    assert "--max-num-seqs 8: as given to headroom" in said
     assert "whatif" not in (out / "run-00" / "steps.csv").read_text().splitlines()[0].split(",")
     assert t["stopped"] == "--max-runs 1 reached"
     first = (out / "run-00" / "steps.jsonl").stat().st_mtime_ns
