@@ -168,21 +168,26 @@ def test_a_stream_parses_the_same_with_and_without_the_fast_path(monkeypatch) ->
 # -- the stream template: chunks read by their bytes around the text ------------------------
 
 
-def _vllm_like(n: int, chat: bool = False, usage: bool = True, texts: list[str] | None = None) -> bytes:
+def _vllm_like(
+    n: int, chat: bool = False, usage: bool = True, texts: list[str] | None = None
+) -> bytes:
     """A stream as vLLM and the simulator write it: compact chunks alike but for the text."""
     head = {"id": "cmpl-7", "object": "chunk", "created": 5, "model": "m"}
     out = []
     if chat:
-        out.append({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        out.append(
+            {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        )
     for i in range(n):
         t = texts[i % len(texts)] if texts else f" w{i}"
         choice = {"index": 0, "delta": {"content": t}} if chat else {"index": 0, "text": t}
         out.append({**head, "choices": [{**choice, "logprobs": None, "finish_reason": None}]})
     if usage:
         out.append({**head, "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n}})
-    return b"".join(
-        b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n" for o in out
-    ) + b"data: [DONE]\n\n"
+    return (
+        b"".join(b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n" for o in out)
+        + b"data: [DONE]\n\n"
+    )
 
 
 def _parse_in_pieces(data: bytes, cuts: list[int], keep: bool = False) -> SseParser:
