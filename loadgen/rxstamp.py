@@ -26,10 +26,15 @@ from typing import Any
 SO_TIMESTAMPNS: int | None = getattr(
     socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None
 )
-_TIMESPEC = struct.Struct("@qq")
-_CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+TIMESPEC = struct.Struct("@qq")
+_CMSG_SPACE = socket.CMSG_SPACE(TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 # A stamp further from the wall clock than this is not trusted (a clock step, a bogus value).
-_MAX_AGE_S = 60.0
+MAX_AGE_S = 60.0
+
+
+def cmsg_space() -> int:
+    """Ancillary buffer size for one stamp (0: the platform cannot hand stamps back)."""
+    return _CMSG_SPACE
 
 
 def enable(sock: Any) -> bool:
@@ -54,7 +59,7 @@ def recv(sock: Any, nbytes: int) -> tuple[bytes, float | None]:
     data, ancillary, _flags, _addr = sock.recvmsg(nbytes, _CMSG_SPACE)
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-            sec, nsec = _TIMESPEC.unpack_from(payload)
+            sec, nsec = TIMESPEC.unpack_from(payload)
             return data, sec + nsec * 1e-9
     return data, None
 
@@ -66,6 +71,6 @@ def to_perf(kernel_wall: float | None) -> tuple[float, bool]:
         return now_perf, False
     age = time.time() - kernel_wall
     # Float rounding of a 1.7e9 s wall time is ~0.2 us: a hair below zero is "just now".
-    if not -1e-3 <= age <= _MAX_AGE_S:
+    if not -1e-3 <= age <= MAX_AGE_S:
         return now_perf, False
     return now_perf - max(0.0, age), True

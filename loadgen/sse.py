@@ -50,6 +50,7 @@ _TEXT_OPENERS = tuple(
     for key in ("text", "content", "reasoning_content", "reasoning")
     for sep in (":", ": ")
 )
+_QUOTE_NL = frozenset(b'"\n')
 # Chunks that carry these need the full parse (usage counts, errors).
 _NEEDS_PARSE = (b'"usage"', b'"error"')
 
@@ -81,24 +82,95 @@ def plain_token(payload: bytes) -> bool | None:
 class SseParser:
     """Feed bytes as they arrive; events complete at a blank line."""
 
-    __slots__ = ("_buf", "state", "_keep")
+    __slots__ = ("_buf", "state", "_keep", "_learnt", "_pre", "_post", "_npre", "_npost")
 
     def __init__(self, keep_text: bool = False) -> None:
         self._buf = b""
         self.state = StreamState()
         self._keep = keep_text
+        self._learnt = keep_text  # kept text needs every event decoded: no template then
+        # The stream's template: an event's bytes before and after its text (see _learn).
+        self._pre: bytes | None = None
+        self._post = b""
+        self._npre = self._npost = 0
 
     def feed(self, data: bytes, now: float) -> None:
-        buf = self._buf + data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        while True:
-            cut = buf.find(b"\n\n")
-            if cut < 0:
+        # (No `in` tests on bytes here: each raises and clears a TypeError inside CPython
+        # 3.11, dearer than the search itself, and this runs for every token.)
+        buf = self._buf + data if self._buf else data
+        events = buf.replace(b"\r\n", b"\n").split(b"\n\n")
+        self._buf = events.pop()  # what follows the last blank line: an event still arriving
+        st = self.state
+        pre, post, npre, npost = self._pre, self._post, self._npre, self._npost
+        for raw in events:
+            # An engine writes every chunk of a stream alike but for its text: the bytes
+            # around it, learnt from one decoded chunk, tell the rest in a few compares.
+            # Without a quote inside, what lies between is one JSON string: the text.
+            if (
+                pre is not None
+                and raw[:npre] == pre
+                and raw[-npost:] == post
+                and len(raw) >= npre + npost
+            ):
+                mid = raw[npre : len(raw) - npost]
+                if _QUOTE_NL.isdisjoint(mid):
+                    if mid:
+                        if st.first_token_at is None:
+                            st.first_token_at = now
+                        else:
+                            st.gaps.append(now - st.last_token_at)  # type: ignore[operator]
+                        st.last_token_at = now
+                        st.token_events += 1
+                    continue
+            had = st.token_events
+            self._event(raw, now)
+            if not self._learnt and st.token_events > had and st.error is None:
+                self._learn(raw)
+                pre, post, npre, npost = self._pre, self._post, self._npre, self._npost
+
+    def _learn(self, raw: bytes) -> None:
+        """Take a plain token event apart around its text, if the rest tells nothing more.
+
+        Tried once a stream, on its first event with text. The split is kept only if
+        decoding it back with another text, and with none, reads that text and no
+        usage or error: so any event with the same bytes around a quote-free string
+        is a token exactly when the string is not empty.
+        """
+        self._learnt = True
+        if not raw.startswith(b"data:") or b"\n" in raw:
+            return
+        at = -1
+        for opener in _TEXT_OPENERS:
+            i = raw.find(opener)
+            if i >= 0:
+                at = i + len(opener)
                 break
-            self._event(buf[:cut], now)
-            buf = buf[cut + 2 :]
-        self._buf = buf
+        if at < 0:
+            return
+        end = at  # the closing quote: the first one not escaped by a backslash
+        while True:
+            end = raw.find(b'"', end)
+            if end < 0:
+                return
+            k = end
+            while raw[k - 1] == 0x5C:
+                k -= 1
+            if (end - k) % 2 == 0:
+                break
+            end += 1
+        pre, post = raw[:at], raw[end:]
+        for probe, want in ((b"zq", "zq"), (b"", None)):
+            try:
+                obj = json.loads(pre[5:] + probe + post)
+            except ValueError:
+                return
+            if not isinstance(obj, dict) or obj.get("error") or isinstance(obj.get("usage"), dict):
+                return
+            choices = obj.get("choices")
+            got = _text_of(choices[0]) if choices and isinstance(choices[0], dict) else None
+            if (got or None) != want:
+                return
+        self._pre, self._post, self._npre, self._npost = pre, post, len(pre), len(post)
 
     def finish(self, now: float) -> None:
         """The body ended: an event without its trailing blank line still counts."""

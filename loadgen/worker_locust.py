@@ -31,7 +31,8 @@ import gevent.pool
 from gevent.fileobject import FileObjectPosix
 from gevent.monkey import get_original
 from geventhttpclient.connectionpool import ConnectionPool
-from geventhttpclient.response import HTTPConnectionClosed
+from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketPoolResponse
+from geventhttpclient.url import URL
 from locust import (  # importing locust patches the process for gevent
     FastHttpUser,
     LoadTestShape,
@@ -42,7 +43,7 @@ from locust import (  # importing locust patches the process for gevent
 from locust.env import Environment
 from locust.log import setup_logging
 
-from loadgen import rxstamp
+from loadgen import rxstamp, worker_reader
 from loadgen.prompts import Prompt, PromptSource, load_jsonl
 from loadgen.records import RequestRecord, WorkerStatus
 from loadgen.schema import WorkerConfig
@@ -156,19 +157,62 @@ def _body(p: Prompt, cfg: WorkerConfig) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def _error_text(resp: Any) -> str:
-    err = getattr(resp, "error", None)
-    status = getattr(resp, "status_code", 0) or 0
-    if status >= 400:
-        try:
-            content = resp.content or b""
-        except Exception:
-            content = b""
-        excerpt = content[:200].decode("utf-8", errors="replace").replace("\n", " ")
-        return f"HTTP {status}: {excerpt}"
-    if err is not None:
-        return f"{type(err).__name__}: {err}"[:300]
-    return f"HTTP {status}"
+class _Sender:
+    """Writes a user's requests straight to its pooled connection, the head built once.
+
+    geventhttpclient's request path (header merging and validation, URL parsing, the user
+    agent's cookie jar and redirects) cost as much CPU per request as reading twenty of
+    its tokens. Every request of a run has the same headers; only the body and its length
+    change. The connection pool, its liveness check and the response parser stay its own.
+    """
+
+    __slots__ = ("_client", "_pool", "_head")
+
+    def __init__(self, user: FastHttpUser) -> None:
+        agent = user.client.client
+        url = URL(user.host + STATE.path)
+        self._client = agent.clientpool.get_client(url)
+        self._pool = self._client._connection_pool
+        headers = {**dict(agent.default_headers.items()), **STATE.headers, "Content-Length": "0"}
+        head = self._client._build_request("POST", url.quoted_uri, body=b"", headers=headers)
+        lines = [ln for ln in head.split("\r\n") if not ln.lower().startswith("content-length:")]
+        # The head up to its blank line, less Content-Length: each request adds its own.
+        self._head = "\r\n".join(ln for ln in lines if ln).encode("latin-1") + b"\r\n"
+
+    def send(self, body: bytes, extra: bytes = b"") -> HTTPSocketPoolResponse:
+        """Send one request (``extra``: header lines of its own); the response's headers read."""
+        request = self._head + extra + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        for attempt in (0, 1):
+            sock = self._pool.get_socket()
+            try:
+                sock.sendall(request)
+            except (ConnectionResetError, BrokenPipeError):
+                self._pool.release_socket(sock)
+                if attempt:
+                    raise
+                continue
+            except BaseException:
+                self._pool.release_socket(sock)
+                raise
+            try:
+                return HTTPSocketPoolResponse(sock, self._pool, block_size=self._client.block_size,
+                                              method="POST", headers_type=self._client.headers_type)  # fmt: skip
+            except HTTPConnectionClosed:
+                # A pooled connection the server closed before answering: llama.cpp's server
+                # (cpp-httplib) ends each keep-alive connection after a few requests. Nothing
+                # was answered, so this is no failure of the server: send once more, afresh.
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def _response_error(raw: HTTPSocketPoolResponse) -> str:
+    try:
+        content = raw.read()
+    except Exception:
+        content = b""
+    excerpt = content[:200].decode("utf-8", errors="replace").replace("\n", " ")
+    return f"HTTP {raw.status_code}: {excerpt}"
 
 
 def stream_one(
@@ -196,11 +240,17 @@ def stream_one(
     STATE.in_flight[rid] = start_wall
     p = prompt if prompt is not None else STATE.prompts.next()
     data = _body(p, cfg)
-    headers, trace_id = STATE.headers, None
+    trace_id, extra = None, b""
     if cfg.trace_context:
         trace_id = f"{random.getrandbits(128) | 1:032x}"
         span_id = f"{random.getrandbits(64) | 1:016x}"
-        headers = {**headers, "traceparent": f"00-{trace_id}-{span_id}-01"}
+        extra = f"traceparent: 00-{trace_id}-{span_id}-01\r\n".encode()
+    sender = user.__dict__.get("_hr_sender")
+    if sender is None:  # built before the clock starts: it is no part of the first request
+        try:
+            sender = user.__dict__["_hr_sender"] = _Sender(user)
+        except ValueError as exc:  # a header or URL geventhttpclient will not send
+            sender = exc
     parser = SseParser(keep_text=turn is not None)
     raw = None
     error: str | None = None
@@ -213,25 +263,20 @@ def stream_one(
     end = t0
     nbytes = 0
     first_kernel: bool | None = None
+    body: worker_reader.Stream | None = None
     # One deadline for the whole request rather than a socket timeout, which gevent
     # enforces with a timer armed and cancelled around every read, i.e. every token.
     deadline = gevent.Timeout(cfg.request_timeout_s)
     deadline.start()
     try:
-        # The session's request() would fire a Locust event timed to the headers;
-        # we fire our own once the stream ends.
-        resp = user.client._send_request_safe_mode("POST", user.host + STATE.path,
-                                                    payload=data, headers=headers)  # fmt: skip
-        if isinstance(getattr(resp, "error", None), HTTPConnectionClosed):
-            # A pooled connection the server closed before answering: llama.cpp's server
-            # (cpp-httplib) ends each keep-alive connection after a few requests. Nothing
-            # was answered, so this is no failure of the server: send once more, afresh.
-            resp = user.client._send_request_safe_mode("POST", user.host + STATE.path,
-                                                        payload=data, headers=headers)  # fmt: skip
-        if getattr(resp, "error", None) is not None or resp.status_code >= 400:
-            error = _error_text(resp)
+        if isinstance(sender, ValueError):
+            raise sender
+        # No Locust event per request from the session: one is fired once the stream ends.
+        resp = sender.send(data, extra)
+        if resp.status_code >= 400:
+            error = _response_error(resp)
         else:
-            raw = resp._response
+            raw = resp
             sock = raw._sock
             if sock is not None:
                 # The deadline bounds every read from here on (and the next requests' on
@@ -240,35 +285,18 @@ def stream_one(
             kernel = sock is not None and rxstamp.enable(sock)
             # Bytes read with the headers have no kernel stamp: they get the client's clock.
             stamp, stamp_kernel = time.perf_counter(), False
-            # Read what has arrived, stamp it, parse it: the session's iter_content
-            # waits for a full 1 KiB block and would delay each token.
-            while True:
-                buf = raw._body_buffer
-                if buf:
-                    chunk = bytes(buf)
-                    del buf[:]
-                    nbytes += len(chunk)
-                    had_first = parser.state.first_token_at is not None
-                    parser.feed(chunk, stamp)
-                    if not had_first and parser.state.first_token_at is not None:
-                        first_kernel = stamp_kernel
-                    end = stamp
-                if raw.message_complete:
-                    break
-                sock = raw._sock
-                if sock is None:
-                    error = "connection closed mid-stream"
-                    break
-                if kernel:
-                    got, kwall = rxstamp.recv(sock, RECV_BYTES)
-                    stamp, stamp_kernel = rxstamp.to_perf(kwall)
-                else:
-                    got = sock.recv(RECV_BYTES)
-                    stamp = time.perf_counter()
-                if not got:
-                    error = "connection closed mid-stream"
-                    break
-                raw.feed(got)
+            plain = worker_reader.plain_socket(sock)
+            if plain is not None:
+                # The process's reader greenlet reads the body with every other stream's.
+                body = worker_reader.Stream(raw, plain, kernel, parser, end)
+                body.take(stamp, stamp_kernel)
+                if not raw.message_complete:
+                    worker_reader.reader().read(body)
+                end, error = body.end, body.error
+                if error is not None:
+                    raw.release()
+            else:
+                nbytes, end, first_kernel, error = _read_body(raw, kernel, parser, stamp, end)
             parser.finish(end)
             st = parser.state
             if error is None and st.error:
@@ -292,6 +320,8 @@ def stream_one(
             raw.release()
     finally:
         deadline.close()
+    if body is not None:  # read by the reader greenlet, however it ended
+        nbytes, end, first_kernel = body.nbytes, max(end, body.end), body.first_kernel
     end = max(end, time.perf_counter()) if error else end
     st = parser.state
     e2e = end - t0
@@ -303,6 +333,8 @@ def stream_one(
                         None if ttft is None else first_kernel, p.input_tokens,
                         p.max_tokens, turn, trace_id)  # fmt: skip
     _emit(rec)
+    # One Locust event a request (its TTFT rides in the context): Locust's own stats are
+    # not what the sweep reads, and each event costs a stats update in every process.
     user.environment.events.request.fire(
         request_type="POST",
         name=STATE.path,
@@ -312,14 +344,46 @@ def stream_one(
         context={"ttft": ttft, "output_tokens": out},
         response=None,
     )
-    if ttft is not None:
-        user.environment.events.request.fire(
-            request_type="TTFT", name=STATE.path, response_time=ttft * 1000.0,
-            response_length=0, exception=None, context={}, response=None,
-        )  # fmt: skip
     if turn is None or error is not None:
         return None
     return "".join(st.text)
+
+
+def _read_body(
+    raw: Any, kernel: bool, parser: SseParser, stamp: float, end: float
+) -> tuple[int, float, bool | None, str | None]:
+    """Read a body in this greenlet (TLS): (bytes, last stamp, first token kernel-stamped, error)."""
+    nbytes, first_kernel, error, stamp_kernel = 0, None, None, False
+    # Read what has arrived, stamp it, parse it: the session's iter_content
+    # waits for a full 1 KiB block and would delay each token.
+    while True:
+        buf = raw._body_buffer
+        if buf:
+            chunk = bytes(buf)
+            del buf[:]
+            nbytes += len(chunk)
+            had_first = parser.state.first_token_at is not None
+            parser.feed(chunk, stamp)
+            if not had_first and parser.state.first_token_at is not None:
+                first_kernel = stamp_kernel
+            end = stamp
+        if raw.message_complete:
+            break
+        sock = raw._sock
+        if sock is None:
+            error = "connection closed mid-stream"
+            break
+        if kernel:
+            got, kwall = rxstamp.recv(sock, RECV_BYTES)
+            stamp, stamp_kernel = rxstamp.to_perf(kwall)
+        else:
+            got = sock.recv(RECV_BYTES)
+            stamp = time.perf_counter()
+        if not got:
+            error = "connection closed mid-stream"
+            break
+        raw.feed(got)
+    return nbytes, end, first_kernel, error
 
 
 def run_session(user: FastHttpUser) -> None:

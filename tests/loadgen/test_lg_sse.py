@@ -163,3 +163,148 @@ def test_a_stream_parses_the_same_with_and_without_the_fast_path(monkeypatch) ->
     without = parse()
     assert with_fast == without
     assert with_fast.token_events > 100 and with_fast.response_id == "cmpl-1"
+
+
+# -- the stream template: chunks read by their bytes around the text ------------------------
+
+
+def _vllm_like(
+    n: int, chat: bool = False, usage: bool = True, texts: list[str] | None = None
+) -> bytes:
+    """A stream as vLLM and the simulator write it: compact chunks alike but for the text."""
+    head = {"id": "cmpl-7", "object": "chunk", "created": 5, "model": "m"}
+    out = []
+    if chat:
+        out.append(
+            {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        )
+    for i in range(n):
+        t = texts[i % len(texts)] if texts else f" w{i}"
+        choice = {"index": 0, "delta": {"content": t}} if chat else {"index": 0, "text": t}
+        out.append({**head, "choices": [{**choice, "logprobs": None, "finish_reason": None}]})
+    if usage:
+        out.append({**head, "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n}})
+    return (
+        b"".join(b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n" for o in out)
+        + b"data: [DONE]\n\n"
+    )
+
+
+def _parse_in_pieces(data: bytes, cuts: list[int], keep: bool = False) -> SseParser:
+    p = SseParser(keep_text=keep)
+    prev = 0
+    for k, c in enumerate([*cuts, len(data)]):
+        p.feed(data[prev:c], now=float(k))
+        prev = c
+    p.finish(now=1e6)
+    return p
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_every_cut_of_a_stream_counts_the_same(chat: bool) -> None:
+    """A chunk boundary anywhere (inside a key, the text, the blank line) changes no count."""
+    data = _vllm_like(6, chat=chat, texts=[" a", "é", "\\", "\u2028", " b", "x y"])
+    whole = _parse_in_pieces(data, []).state
+    assert whole.token_events == 6 and whole.completion_tokens == 6 and whole.prompt_tokens == 4
+    assert whole.done and whole.error is None and whole.response_id == "cmpl-7"
+    for cut in range(1, len(data)):
+        st = _parse_in_pieces(data, [cut]).state
+        assert (st.token_events, st.completion_tokens, st.done, st.error) == (6, 6, True, None), cut
+
+
+def test_many_events_in_one_read_each_count_at_that_read() -> None:
+    data = _vllm_like(10)
+    p = SseParser()
+    first_three = data.index(b"\n\n", data.index(b"w2")) + 2
+    p.feed(data[:first_three], now=1.0)  # three tokens arrive together
+    p.feed(data[first_three:], now=2.0)  # the other seven, the usage and [DONE]
+    st = p.state
+    assert st.token_events == 10 and st.first_token_at == 1.0 and st.last_token_at == 2.0
+    assert st.gaps == [0.0, 0.0, 1.0] + [0.0] * 6
+    assert st.completion_tokens == 10 and st.done
+
+
+def test_chunks_unlike_the_template_are_decoded() -> None:
+    """Once the template is learnt, a chunk with usage, an error, an empty or quoted text
+    or another shape still reads right."""
+    head = '{"id":"cmpl-7","object":"chunk","created":5,"model":"m","choices":[{"index":0,"text":'
+    tail = ',"logprobs":null,"finish_reason":null}]}'
+    events = [
+        head + '" a"' + tail,  # learnt here
+        head + '" b"' + tail,
+        head + '""' + tail,  # empty text: no token
+        head + '"say \\"hi\\""' + tail,  # quotes inside: decoded, a token
+        head + '" c"' + ',"logprobs":null,"finish_reason":"length"}]}',  # last one
+        '{"id":"cmpl-7","choices":[{"index":0,"text":" d"}],"usage":{"prompt_tokens":2,"completion_tokens":9}}',
+        '{"error":{"message":"engine died"}}',
+    ]
+    data = b"".join(b"data: " + e.encode() + b"\n\n" for e in events)
+    st = _parse_in_pieces(data, []).state
+    assert st.token_events == 5  # a, b, say "hi", c, d
+    assert st.completion_tokens == 9 and st.prompt_tokens == 2
+    assert st.error == "stream error: engine died"
+
+
+def test_a_template_whose_other_fields_carry_text_is_not_used() -> None:
+    """A chat chunk with content and reasoning: an empty content still leaves a token, so
+    the bytes around the content do not tell a token apart; every chunk is decoded."""
+    ev = [
+        {"id": "c", "choices": [{"index": 0, "delta": {"content": "x", "reasoning_content": "r"}}]},
+        {"id": "c", "choices": [{"index": 0, "delta": {"content": "", "reasoning_content": "r"}}]},
+    ]
+    data = b"".join(b"data: " + json.dumps(e, separators=(",", ":")).encode() + b"\n\n" for e in ev)
+    assert _parse_in_pieces(data, []).state.token_events == 2
+
+
+def test_the_template_agrees_with_decoding_every_chunk(monkeypatch) -> None:
+    """Random streams of varied chunks: the same state with or without the template."""
+    import random
+
+    import loadgen.sse as sse
+
+    rng = random.Random(3)
+    for _ in range(40):
+        template = _chunks(rng)
+        events = [template] * rng.randrange(1, 6) + [_chunks(rng) for _ in range(30)]
+        rng.shuffle(events)
+        data = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+        cuts = sorted(rng.sample(range(1, len(data)), 5))
+        fast = _parse_in_pieces(data, cuts).state
+        monkeypatch.setattr(sse.SseParser, "_learn", lambda self, raw: None)
+        slow = _parse_in_pieces(data, cuts).state
+        monkeypatch.undo()
+        assert fast == slow
+
+
+def test_kept_text_reads_every_token() -> None:
+    data = _vllm_like(5, chat=True, texts=["a", "b", "c"])
+    st = _parse_in_pieces(data, [7, 50, 51]).state
+    kept = _parse_in_pieces(data, [7, 50, 51], keep=True).state
+    assert "".join(kept.text) == "abcab" and kept.token_events == st.token_events == 5
+
+
+def test_an_error_mid_stream_is_kept_and_tokens_before_it_count() -> None:
+    data = _vllm_like(3, usage=False).replace(b"data: [DONE]\n\n", b"")
+    data += b'data: {"error":{"message":"out of memory","code":500}}\n\n'
+    st = _parse_in_pieces(data, [len(data) - 10]).state
+    assert st.token_events == 3 and st.error == "stream error: out of memory" and not st.done
+
+
+def test_crlf_streams_split_across_reads() -> None:
+    data = _vllm_like(4).replace(b"\n", b"\r\n")
+    for cut in range(1, len(data)):
+        st = _parse_in_pieces(data, [cut]).state
+        assert (st.token_events, st.completion_tokens, st.done) == (4, 4, True), cut
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_long_stream_decodes_only_a_few_chunks(monkeypatch, chat: bool) -> None:
+    """The parser's cost is per token: the template spares decoding the JSON of each."""
+    import loadgen.sse as sse
+
+    calls = []
+    real = sse.json.loads
+    monkeypatch.setattr(sse.json, "loads", lambda b: calls.append(1) or real(b))
+    st = _parse_in_pieces(_vllm_like(64, chat=chat), []).state
+    assert st.token_events == 64 and st.completion_tokens == 64
+    assert len(calls) <= 6, len(calls)

@@ -1,0 +1,197 @@
+"""One greenlet reads every open response stream: one wake-up per burst, not per token.
+
+Each stream's own greenlet sends its request and reads the headers, then hands the
+socket here and sleeps until the body ends. Read by its own greenlet, every token cost
+a trip through gevent's hub: an I/O watcher started and stopped, two greenlet switches,
+the cooperative socket's wrappers. An engine emits a token for every running stream at
+each step's end, so hundreds of sockets turn readable together; this greenlet wakes once
+for all of them (epoll on the plain sockets, waited on through one hub watcher) and
+reads, stamps and parses each in turn without leaving it.
+
+Each read is stamped with the kernel's receive time (SO_TIMESTAMPNS) where the socket
+has it, so the order the sockets are read in changes no token's time.
+
+Imported by the worker process only (gevent); TLS sockets stay with their own greenlet,
+as their decrypted bytes are buffered where epoll cannot see them.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import gevent
+from gevent.event import AsyncResult
+from gevent.monkey import get_original
+
+from loadgen import rxstamp
+from loadgen.sse import SseParser
+
+RECV_BYTES = 65536
+_EPOLLIN = 0x001
+_EPOLLERR = 0x008
+_EPOLLHUP = 0x010
+_epoll = get_original("select", "epoll")
+_CMSG = rxstamp.cmsg_space()
+_unpack = rxstamp.TIMESPEC.unpack_from
+_SO_TIMESTAMPNS = rxstamp.SO_TIMESTAMPNS
+_SOL_SOCKET = socket.SOL_SOCKET
+_INET = (socket.AF_INET, socket.AF_INET6)
+_perf = time.perf_counter
+_wall = time.time
+
+
+class Stream:
+    """One response body being read: the HTTP parser, the SSE parser and what they found."""
+
+    __slots__ = ("raw", "sock", "fd", "kernel", "parser", "nbytes", "end", "first_kernel",
+                 "error", "done")  # fmt: skip
+
+    def __init__(self, raw: Any, sock: Any, kernel: bool, parser: SseParser, end: float) -> None:
+        self.raw = raw  # geventhttpclient's response: llhttp takes the chunked framing off
+        self.sock = sock  # the plain, non-blocking socket under gevent's
+        self.fd = sock.fileno()
+        self.kernel = kernel
+        self.parser = parser
+        self.nbytes = 0
+        self.end = end
+        self.first_kernel: bool | None = None
+        self.error: str | None = None
+        self.done = AsyncResult()
+
+    def take(self, stamp: float, kernel: bool) -> None:
+        """Parse what the HTTP parser has set aside as body, as arrived at ``stamp``."""
+        buf = self.raw._body_buffer
+        if buf:
+            chunk = bytes(buf)
+            del buf[:]
+            self.nbytes += len(chunk)
+            parser = self.parser
+            if parser.state.first_token_at is None:
+                parser.feed(chunk, stamp)
+                if parser.state.first_token_at is not None:
+                    self.first_kernel = kernel
+            else:
+                parser.feed(chunk, stamp)
+            self.end = stamp
+
+
+class StreamReader:
+    """Reads the registered streams' sockets as they turn readable; one per process."""
+
+    def __init__(self) -> None:
+        self._ep = _epoll()
+        self._streams: dict[int, Stream] = {}
+        self._wake = AsyncResult()
+        self._greenlet = gevent.spawn(self._run)
+
+    def read(self, stream: Stream) -> None:
+        """Read ``stream`` to its end (or error); returns when it is done.
+
+        On any exception in the caller's greenlet (its deadline, a kill) the stream is
+        let go before the exception goes on.
+        """
+        self._streams[stream.fd] = stream
+        try:
+            self._ep.register(stream.fd, _EPOLLIN)
+        except OSError:
+            del self._streams[stream.fd]
+            raise
+        if not self._wake.ready():
+            self._wake.set()
+        try:
+            stream.done.get()
+        finally:
+            self.forget(stream)
+
+    def forget(self, stream: Stream) -> None:
+        if self._streams.get(stream.fd) is stream:
+            del self._streams[stream.fd]
+            try:
+                self._ep.unregister(stream.fd)
+            except (OSError, ValueError):
+                pass
+
+    def _run(self) -> None:
+        hub = gevent.get_hub()
+        watcher = hub.loop.io(self._ep.fileno(), 1)
+        poll = self._ep.poll
+        streams = self._streams
+        while True:
+            if not streams:
+                self._wake = AsyncResult()
+                self._wake.get()
+                continue
+            hub.wait(watcher)
+            events = poll(0)
+            if not events:
+                continue
+            # One clock reading for the burst: a kernel stamp becomes a perf_counter time by
+            # the offset between the two clocks, which does not move within it.
+            offset = _wall() - _perf()
+            for fd, _ev in events:
+                stream = streams.get(fd)
+                if stream is None:
+                    continue
+                try:
+                    self._step(stream, offset)
+                except Exception as exc:  # one stream's failure must not stop the others
+                    self._finish(stream, f"{type(exc).__name__}: {exc}"[:300])
+
+    def _step(self, stream: Stream, offset: float) -> None:
+        sock = stream.sock
+        if stream.kernel:
+            try:
+                data, anc, _flags, _addr = sock.recvmsg(RECV_BYTES, _CMSG)
+            except (BlockingIOError, InterruptedError):
+                return
+            stamp, kernel = _perf(), False
+            for level, kind, payload in anc:
+                if level == _SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+                    sec, nsec = _unpack(payload)
+                    at = sec + nsec * 1e-9 - offset
+                    # As rxstamp.to_perf: a stamp from the future or long ago is not trusted.
+                    if stamp - rxstamp.MAX_AGE_S <= at <= stamp + 1e-3:
+                        stamp, kernel = min(at, stamp), True
+                    break
+        else:
+            try:
+                data = sock.recv(RECV_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            stamp, kernel = _perf(), False
+        if not data:
+            self._finish(stream, "connection closed mid-stream")
+            return
+        raw = stream.raw
+        raw.feed(data)
+        stream.take(stamp, kernel)
+        if raw.message_complete:
+            self._finish(stream, None)
+
+    def _finish(self, stream: Stream, error: str | None) -> None:
+        if error is not None and stream.error is None:
+            stream.error = error
+        self.forget(stream)
+        stream.done.set(None)
+
+
+_READER: StreamReader | None = None
+
+
+def reader() -> StreamReader:
+    global _READER
+    if _READER is None:
+        _READER = StreamReader()
+    return _READER
+
+
+def plain_socket(sock: Any) -> Any | None:
+    """The plain socket under gevent's, when epoll can see all its bytes (not TLS); else None."""
+    if sock is None or hasattr(sock, "cipher"):
+        return None
+    inner = getattr(sock, "_sock", None)
+    if inner is None or not hasattr(inner, "recvmsg") or inner.family not in _INET:
+        return None
+    return inner
