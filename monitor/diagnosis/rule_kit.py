@@ -14,9 +14,9 @@ from typing import Any
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Cause, Evidence, Verdict
-from monitor.report import engine_scope
 from monitor.sources import metric_names as mn
-from monitor.window import EngineWindow, GpuWindow, WindowStats
+from monitor.window.full import EngineWindow, GpuWindow, WindowStats
+from monitor.window.scopes import engine_scope
 
 BOX = "box"
 

@@ -34,8 +34,8 @@ from typing import Any
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
-from monitor.whatif_text import whatif_text
-from monitor.window import EngineWindow, GpuWindow, HostWindow
+from monitor.text.whatif import whatif_text
+from monitor.window.full import EngineWindow, GpuWindow, HostWindow
 
 # A knob is raised at most this much in one change, and just past (by MARGIN) the next limit
 # where that comes sooner: past it, so that limit, not the knob, binds once the change is made.

@@ -19,7 +19,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from monitor.errors import HeadroomError
+from monitor.core.errors import HeadroomError
 from monitor.fleet.model import Fleet, FleetHost
 from monitor.fleet.render import count, host_age, money, num, pct, watts
 

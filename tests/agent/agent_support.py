@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from monitor.agent import Agent
-from monitor.config import AgentConfig
-from monitor.samples import EngineSample, GpuSample, HostSample, SourceError
+from monitor.serve.agent import Agent
+from monitor.serve.config import AgentConfig
 from monitor.sources.base import Reading
-from monitor.window import WindowStats
+from monitor.sources.samples import EngineSample, GpuSample, HostSample, SourceError
+from monitor.window.full import WindowStats
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.diagnosis import CAUSES, Diagnosis, Evidence, Verdict
-from monitor.exporter import SelfStats, build_registry
-from monitor.report import engine_scope
-from monitor.samples import EngineSample, GpuSample, Snapshot, SourceError
-from monitor.window import WindowStats, compute_window
+from monitor.serve.exporter import SelfStats, build_registry
+from monitor.sources.samples import EngineSample, GpuSample, Snapshot, SourceError
+from monitor.window.full import WindowStats, compute_window
+from monitor.window.scopes import engine_scope
 
 URL = "http://127.0.0.1:8000/metrics"
 
@@ -244,7 +244,7 @@ def test_a_reading_made_later_is_stamped_with_the_time_the_source_read() -> None
     # success is when it answered, not when its page was parsed.
     from collections.abc import Callable
 
-    from monitor.agent import TrackedSource
+    from monitor.serve.agent import TrackedSource
     from monitor.sources.base import Reading
 
     now = [1_000.0]

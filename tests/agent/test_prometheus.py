@@ -21,8 +21,8 @@ import yaml
 from agent_support import REPO, wait_until
 from prometheus_support import HAVE_PROMETHEUS, PROMTOOL, run_prometheus
 
-from monitor.agent import Agent
-from monitor.config import AgentConfig
+from monitor.serve.agent import Agent
+from monitor.serve.config import AgentConfig
 
 DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from monitor.samples import (
+from monitor.sources.samples import (
     EngineSample,
     GpuSample,
     Histogram,
@@ -15,7 +15,7 @@ from monitor.samples import (
     Snapshot,
     ThreadCpu,
 )
-from monitor.window import (
+from monitor.window.full import (
     TTFT,
     compute_window,
     counter_increase,

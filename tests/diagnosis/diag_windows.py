@@ -2,7 +2,7 @@
 
 Engine counters and histograms are generated cumulatively from per-second rates, host
 CPU from per-second shares, so the window's rates, means and histogram deltas come out
-of monitor.window exactly as they would from live sources.
+of monitor.window.full exactly as they would from live sources.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.samples import (
+from monitor.sources.samples import (
     EngineSample,
     GpuSample,
     Histogram,
@@ -20,7 +20,7 @@ from monitor.samples import (
     Snapshot,
     ThreadCpu,
 )
-from monitor.window import (
+from monitor.window.full import (
     E2E,
     ITERATION_TOKENS,
     PREFILL,

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
 from agent_support import REPO, free_port, wait_until  # noqa: E402
 from prometheus_support import HAVE_PROMETHEUS, run_prometheus  # noqa: E402
 
-from monitor.agent import Agent  # noqa: E402
-from monitor.config import AgentConfig  # noqa: E402
+from monitor.serve.agent import Agent  # noqa: E402
+from monitor.serve.config import AgentConfig  # noqa: E402
 
 pytestmark = [
     pytest.mark.prometheus,

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from monitor.samples import Snapshot
 from monitor.sources.base import Source
 from monitor.sources.host import HostSource
-from monitor.window import HostWindow, compute_window
+from monitor.sources.samples import Snapshot
+from monitor.window.full import HostWindow, compute_window
 
 # A stand-in engine. "serve": listen on a port and start a child that burns CPU
 # (vLLM's API server and its engine-core child); "burn": burn CPU in a thread

@@ -14,10 +14,9 @@ import pytest
 from tui_helpers import record_story
 from tui_synthetic import snapshots
 
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import SourceError
+from monitor.read.sampler import Sampler
 from monitor.sources.base import Reading
+from monitor.sources.samples import SourceError
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import LocalFeed, RemoteFeed, ReplayFeed
 from monitor.tui.fmt import cause_headline, cause_label
@@ -29,6 +28,7 @@ from monitor.tui.screens import (
     SweepScreen,
 )
 from monitor.tui.widgets import DiagnosisPanel, EnginePanel, GpuPanel
+from monitor.watch.pipeline import Monitor
 
 pytestmark = pytest.mark.anyio
 SWEEP_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps" / "cpu-bound"

@@ -9,13 +9,13 @@ import time
 import pytest
 
 from monitor.diagnosis import Diagnoser
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import EngineSample, GpuSample
+from monitor.read.sampler import Sampler
 from monitor.sources.base import Reading
+from monitor.sources.samples import EngineSample, GpuSample
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import LocalFeed
 from monitor.tui.screens import EngineDetailScreen, GpuDetailScreen
+from monitor.watch.pipeline import Monitor
 
 pytestmark = pytest.mark.anyio
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
+from monitor.read.sampler import Sampler
 from monitor.sources.vllm import VllmSource
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import LocalFeed
+from monitor.watch.pipeline import Monitor
 
 pytestmark = pytest.mark.anyio
 ENGINES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"

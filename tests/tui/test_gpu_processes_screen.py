@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import GpuProcess, GpuSample, HostSample, ProcessCpu
+from monitor.read.sampler import Sampler
 from monitor.sources.base import Reading
+from monitor.sources.samples import GpuProcess, GpuSample, HostSample, ProcessCpu
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import LocalFeed
 from monitor.tui.screens import GpuDetailScreen
+from monitor.watch.pipeline import Monitor
 
 pytestmark = pytest.mark.anyio
 GIB = 2**30

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from tui_synthetic import snapshots
 
-from monitor.pipeline import Monitor
-from monitor.recording import Recorder
-from monitor.sampler import Sampler
+from monitor.read.recording import Recorder
+from monitor.read.sampler import Sampler
+from monitor.watch.pipeline import Monitor
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
 

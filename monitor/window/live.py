@@ -24,8 +24,8 @@ from functools import reduce
 from operator import add
 from typing import Any
 
-from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot
-from monitor.window import (
+from monitor.sources.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot
+from monitor.window.full import (
     _GPU_MEANS,
     EngineWindow,
     GpuWindow,

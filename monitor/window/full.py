@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from operator import itemgetter
 from typing import Any
 
-from monitor.samples import (
+from monitor.sources.samples import (
     EngineSample,
     GpuProcess,
     GpuSample,
@@ -235,7 +235,7 @@ _GPU_MEANS = (
 def gpu_window_of(last: GpuSample, **figures: Any) -> GpuWindow:
     """A GPU's window: what its newest reading says, plus ``figures`` over the window
     (samples, util_max, throttle_reasons, processes and the means). One builder for
-    both ways of computing a window (here, and monitor.window_live's running sums)."""
+    both ways of computing a window (here, and monitor.window.live's running sums)."""
     return GpuWindow(
         index=last.index,
         uuid=last.uuid,
@@ -379,7 +379,7 @@ def engine_window_of(
     """An engine's window from its newest reading, each counter's ``increase`` over the
     window, the histograms' deltas, and ``figures`` (samples, the gauges' means, extremes
     and series, the prefix hit rate, the reported cap). One builder for both ways of
-    computing a window (here, and monitor.window_live's running sums)."""
+    computing a window (here, and monitor.window.live's running sums)."""
 
     def rate(counter: str) -> float | None:
         inc = increase(counter)
