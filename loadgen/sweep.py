@@ -42,7 +42,8 @@ from monitor.core.errors import EndpointError, HeadroomError
 from monitor.diagnosis.energy import Energy
 from monitor.read.sampler import Sampler
 from monitor.watch.pipeline import Monitor
-from monitor.window.full import WindowStats, compute_window
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 
 CLIENT_CPU_SATURATED = 0.9
 

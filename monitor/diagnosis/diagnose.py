@@ -30,8 +30,8 @@ from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
 from monitor.diagnosis.whatif import engine_whatif, with_whatif
 from monitor.profiling.handoff import gpu_next_steps
-from monitor.window.full import WindowStats
 from monitor.window.scopes import engine_scope, gpu_scope
+from monitor.window.stats import WindowStats
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from monitor.core.errors import ConfigError
-from monitor.window.full import EngineWindow, GpuWindow, WindowStats
 from monitor.window.scopes import gpu_scope
+from monitor.window.stats import EngineWindow, GpuWindow, WindowStats
 
 PRICE_ENV = "HEADROOM_GPU_HOUR_PRICE"
 

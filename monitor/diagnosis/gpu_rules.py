@@ -6,8 +6,8 @@ from monitor.diagnosis import figures as fig
 from monitor.diagnosis.rule_kit import Context, ev, make_verdict, pct, pct_read
 from monitor.diagnosis.thresholds import Thresholds
 from monitor.diagnosis.verdict import Cause, Evidence, Verdict
-from monitor.window.full import GpuWindow
 from monitor.window.scopes import gpu_scope
+from monitor.window.stats import GpuWindow
 
 
 def launch_gaps(g: GpuWindow, th: Thresholds) -> bool:

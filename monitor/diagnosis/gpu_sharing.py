@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from monitor.sources.samples import GpuProcess
-from monitor.window.full import GpuWindow, WindowStats
 from monitor.window.scopes import engine_scope
+from monitor.window.stats import GpuWindow, WindowStats
 
 OTHER = "other"
 ENGINE = "engine"

@@ -8,8 +8,8 @@ from monitor.diagnosis.energy import idle_bill, physical_gpus
 from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict, pct
 from monitor.diagnosis.thresholds import Thresholds
 from monitor.diagnosis.verdict import Evidence, Verdict
-from monitor.window.full import EngineWindow, GpuWindow
 from monitor.window.scopes import gpu_label, gpu_scope
+from monitor.window.stats import EngineWindow, GpuWindow
 
 
 def engine_idle(e: EngineWindow, th: Thresholds) -> bool:

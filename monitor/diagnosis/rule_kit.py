@@ -15,8 +15,8 @@ from monitor.diagnosis import figures as fig
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Cause, Evidence, Verdict
 from monitor.sources import metric_names as mn
-from monitor.window.full import EngineWindow, GpuWindow, WindowStats
 from monitor.window.scopes import engine_scope
+from monitor.window.stats import EngineWindow, GpuWindow, WindowStats
 
 BOX = "box"
 

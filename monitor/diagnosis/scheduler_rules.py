@@ -11,8 +11,8 @@ from monitor.diagnosis.idle_rules import engine_idle, gpus_power
 from monitor.diagnosis.rule_kit import Context, engine_table, ev, make_verdict, num, pct
 from monitor.diagnosis.verdict import Evidence, Verdict
 from monitor.text.capacity import GROWTH_SHOWN, longer
-from monitor.window.full import EngineWindow
 from monitor.window.scopes import engine_scope
+from monitor.window.stats import EngineWindow
 
 
 def cap_words(cap: fig.SeqCap) -> str:

@@ -15,8 +15,8 @@ from monitor.diagnosis.gpu_sharing import Sharing, sharing
 from monitor.diagnosis.rule_kit import Context, ev, make_verdict, pct
 from monitor.diagnosis.verdict import Evidence, Verdict
 from monitor.sources.samples import GpuProcess
-from monitor.window.full import GpuWindow
 from monitor.window.scopes import gpu_label, gpu_scope
+from monitor.window.stats import GpuWindow
 
 _FIX = (
     "give the engine its GPU to itself: move the other process to another GPU "

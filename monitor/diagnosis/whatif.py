@@ -35,7 +35,7 @@ from monitor.diagnosis import figures as fig
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
 from monitor.text.whatif import whatif_text
-from monitor.window.full import EngineWindow, GpuWindow, HostWindow
+from monitor.window.stats import EngineWindow, GpuWindow, HostWindow
 
 # A knob is raised at most this much in one change, and just past (by MARGIN) the next limit
 # where that comes sooner: past it, so that limit, not the knob, binds once the change is made.

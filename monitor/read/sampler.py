@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from monitor.sources.base import Reading, Source
 from monitor.sources.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
-from monitor.window.full import WindowStats, compute_window
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from monitor.diagnosis.energy import window_energy
 from monitor.diagnosis.gpu_sharing import sharing
 from monitor.diagnosis.verdict import CAUSES, Verdict
 from monitor.sources.samples import Snapshot
-from monitor.window.full import GpuWindow, WindowStats
 from monitor.window.scopes import engine_scope, gpu_label, gpu_scope
+from monitor.window.stats import GpuWindow, WindowStats
 
 GPU_LABELS = ("gpu", "uuid", "model", "source")
 # Per container, not per PID: PIDs change on every restart and would churn series.

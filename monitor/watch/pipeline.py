@@ -27,8 +27,8 @@ from monitor.diagnosis import Diagnoser, Diagnosis
 from monitor.read.sampler import Sampler
 from monitor.sources.samples import Snapshot
 from monitor.watch.report import build_report
-from monitor.window.full import WindowStats
 from monitor.window.live import LiveWindow
+from monitor.window.stats import WindowStats
 
 
 class Monitor:

@@ -12,8 +12,8 @@ from monitor.diagnosis.energy import Energy, money, window_energy
 from monitor.diagnosis.gpu_sharing import hidden_pids_note, processes_json
 from monitor.text.capacity import capacity_words, headroom_words
 from monitor.text.whatif import whatif_text
-from monitor.window.full import EngineWindow, GpuWindow, HostWindow, WindowStats
 from monitor.window.scopes import engine_scope, gpu_scope
+from monitor.window.stats import EngineWindow, GpuWindow, HostWindow, WindowStats
 
 if TYPE_CHECKING:
     from monitor.diagnosis.verdict import Verdict

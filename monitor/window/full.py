@@ -1,18 +1,14 @@
-"""Aggregates over a sliding window of snapshots.
+"""A window recomputed from its snapshots: ``compute_window`` over a list.
 
-GPU and host figures are means over the window. Engine counters become rates
-(a decrease between two samples is a server restart: the new value is the
-increase since it, as Prometheus's ``rate`` does), and histograms become the
-bucket deltas over the window, from which means and quantiles follow.
+What each GPU, engine and the host hold in the window is read off the lists of their
+samples (``_GpuList``, ``_EngineList``, ``_HostList``) and handed to the builders of
+``monitor.window.stats``, the same ones the live window (``monitor.window.live``) hands
+its running sums to.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
-from operator import itemgetter
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from monitor.sources.samples import (
     EngineSample,
@@ -21,19 +17,24 @@ from monitor.sources.samples import (
     Histogram,
     HostSample,
     Snapshot,
-    SourceError,
 )
-
-# Canonical histogram names (see monitor.sources.metric_names).
-TTFT = "time_to_first_token_seconds"
-ITL = "inter_token_latency_seconds"
-TPOT = "request_time_per_output_token_seconds"
-E2E = "e2e_request_latency_seconds"
-QUEUE = "request_queue_time_seconds"
-PREFILL = "request_prefill_time_seconds"
-DECODE = "request_decode_time_seconds"
-ITERATION_TOKENS = "iteration_tokens_total"
-REQUEST_PREEMPTIONS = "request_num_preemptions"
+from monitor.window.stats import (
+    EngineKey,
+    EngineWindow,
+    GpuKey,
+    GpuWindow,
+    HostWindow,
+    WindowStats,
+    counter_increase,
+    empty_stats,
+    engine_key,
+    engine_stats,
+    gpu_key,
+    gpu_stats,
+    histogram_delta,
+    host_stats,
+    window_stats,
+)
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -51,496 +52,113 @@ def _min(values: Iterable[float | None]) -> float | None:
     return min(present) if present else None
 
 
-def counter_increase(values: Sequence[float | None]) -> float | None:
-    """Increase of a cumulative counter over consecutive readings, across resets."""
-    present = [v for v in values if v is not None]
-    if len(present) < 2:
-        return None
-    total = 0.0
-    for prev, cur in zip(present, present[1:]):
-        total += cur - prev if cur >= prev else cur
-    return total
+class _GpuList:
+    """A GPU's samples in the window, oldest first (``GpuReadings``)."""
+
+    def __init__(self, samples: Sequence[GpuSample]) -> None:
+        self.samples = samples
+
+    def last(self) -> GpuSample:
+        return self.samples[-1]
+
+    def count(self) -> int:
+        return len(self.samples)
+
+    def mean(self, field: str) -> float | None:
+        return _mean(getattr(s, field) for s in self.samples)
+
+    def util_max(self) -> float | None:
+        return _max(s.util for s in self.samples)
+
+    def throttle_reasons(self) -> tuple[str, ...] | None:
+        reasons: set[str] = set()
+        any_reasons = False
+        for s in self.samples:
+            if s.throttle_reasons is not None:
+                any_reasons = True
+                reasons.update(s.throttle_reasons)
+        return tuple(sorted(reasons)) if any_reasons else None
+
+    def processes(self) -> tuple[GpuProcess, ...] | None:
+        # Read every few seconds, not every tick: the latest list still in the window.
+        return next((s.processes for s in reversed(self.samples) if s.processes is not None), None)
+
+    def energy_increase(self) -> float | None:
+        return counter_increase([s.energy_joules for s in self.samples])
 
 
-def bucket_bounds(h: Histogram) -> tuple[float, ...]:
-    return tuple(map(itemgetter(0), h.buckets))
+class _EngineList:
+    """An engine's samples in the window and their times, oldest first (``EngineReadings``)."""
+
+    def __init__(self, samples: Sequence[EngineSample], times: Sequence[float]) -> None:
+        self.samples = samples
+        self.times = times
+
+    def last(self) -> EngineSample:
+        return self.samples[-1]
+
+    def count(self) -> int:
+        return len(self.samples)
+
+    def elapsed(self) -> float:
+        return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
+
+    def mean(self, field: str) -> float | None:
+        return _mean(getattr(s, field) for s in self.samples)
+
+    def extreme(self, field: str, most: bool) -> float | None:
+        return (_max if most else _min)(getattr(s, field) for s in self.samples)
+
+    def series(self, field: str) -> tuple[float, ...]:
+        return tuple(v for v in (getattr(s, field) for s in self.samples) if v is not None)
+
+    def increase(self, counter: str) -> float | None:
+        return counter_increase([getattr(s, counter) for s in self.samples])
+
+    def deltas(self) -> Mapping[str, Histogram]:
+        out: dict[str, Histogram] = {}
+        for name, _ in self.samples[-1].histograms:
+            h = histogram_delta([s.histogram(name) for s in self.samples])
+            if h is not None:
+                out[name] = h
+        return out
+
+    def seq_cap(self) -> float | None:
+        return next(
+            (s.seq_cap_reported for s in reversed(self.samples) if s.seq_cap_reported), None
+        )
 
 
-def histogram_delta(hists: Sequence[Histogram | None]) -> Histogram | None:
-    """Observations added over consecutive readings of a cumulative histogram.
+class _HostList:
+    """The host's samples in the window and their times, oldest first (``HostReadings``)."""
 
-    Between two readings the buckets can only grow, unless the server restarted: its
-    count fell (every bucket of the newer reading is new), or its buckets changed (what
-    came before the change is dropped). So a run of readings without either adds its
-    last reading less its first, one subtraction per bucket rather than one per pair:
-    buckets and counts are whole numbers (exact either way), and a sum rounds once."""
-    present = [h for h in hists if h is not None]
-    if len(present) < 2:
-        return None
-    bounds = bucket_bounds(present[-1])
-    # Readings before the last one with other buckets are dropped; the one after it counts
-    # whole (as after a restart).
-    start, base = 0, present[0]
-    for i in range(len(present) - 2, -1, -1):
-        if bucket_bounds(present[i]) != bounds:
-            start, base = i + 1, None
-            break
-    runs: list[tuple[Histogram | None, Histogram]] = []
-    end = present[start]
-    for cur in present[start + 1 :]:
-        if cur.count < end.count:  # a restart: the run so far ends at the reading before it
-            runs.append((base, end))
-            base = None
-        end = cur
-    if not runs:
-        return run_delta(bounds, base, end)
-    runs.append((base, end))
-    acc, total_sum, total_count = _run(*runs[0])
-    for run in runs[1:]:
-        more, more_sum, more_count = _run(*run)
-        acc = [a + m for a, m in zip(acc, more)]
-        total_sum += more_sum
-        total_count += more_count
-    return Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
+    def __init__(self, samples: Sequence[HostSample], times: Sequence[float]) -> None:
+        self.samples = samples
+        self.times = times
 
+    def first(self) -> HostSample:
+        return self.samples[0]
 
-def run_delta(bounds: tuple[float, ...], base: Histogram | None, end: Histogram) -> Histogram:
-    """What a run of readings with ``bounds`` and no restart added: its last reading less
-    its first (``base``; None where the run began with a restart, and counts whole)."""
-    acc, total_sum, total_count = _run(base, end)
-    return Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
+    def last(self) -> HostSample:
+        return self.samples[-1]
 
+    def elapsed(self) -> float:
+        return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
 
-def _run(base: Histogram | None, end: Histogram) -> tuple[list[float], float, float]:
-    if base is None:
-        return [c for _, c in end.buckets], end.sum, end.count
-    return (
-        [c - b for (_, c), (_, b) in zip(end.buckets, base.buckets)],
-        end.sum - base.sum,
-        end.count - base.count,
-    )
-
-
-def histogram_quantile(q: float, hist: Histogram | None) -> float | None:
-    """Prometheus's ``histogram_quantile``: linear within the bucket holding the rank."""
-    if hist is None or hist.count <= 0 or not hist.buckets:
-        return None
-    rank = q * hist.buckets[-1][1]
-    lower_bound, lower_count = 0.0, 0.0
-    for le, cum in hist.buckets:
-        if cum >= rank:
-            if math.isinf(le):
-                return lower_bound
-            if cum == lower_count:
-                return le
-            return lower_bound + (le - lower_bound) * (rank - lower_count) / (cum - lower_count)
-        lower_bound, lower_count = le, cum
-    return lower_bound
-
-
-def histogram_mean(hist: Histogram | None) -> float | None:
-    if hist is None or hist.count <= 0:
-        return None
-    return hist.sum / hist.count
-
-
-def histogram_share_at_least(hist: Histogram | None, threshold: float) -> float | None:
-    """Share of observations in buckets whose lower bound is >= ``threshold``.
-
-    Used for the token budget: the share of engine steps that filled it.
-    """
-    if hist is None or hist.count <= 0:
-        return None
-    below = 0.0
-    for le, cum in hist.buckets:
-        if le < threshold:
-            below = cum
-    total = hist.buckets[-1][1]
-    return max(0.0, (total - below) / total) if total > 0 else None
-
-
-@dataclass(frozen=True, slots=True)
-class GpuWindow:
-    index: int
-    uuid: str
-    name: str
-    source: str
-    util: float | None
-    util_max: float | None
-    mem_util: float | None
-    sm_active: float | None
-    sm_occupancy: float | None
-    tensor_active: float | None
-    dram_active: float | None
-    fp16_active: float | None
-    fp32_active: float | None
-    power_watts: float | None
-    power_limit_watts: float | None
-    sm_clock_hz: float | None
-    sm_clock_max_hz: float | None
-    throttle_reasons: tuple[str, ...] | None
-    temperature_c: float | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    pcie_tx_bytes_per_s: float | None
-    pcie_rx_bytes_per_s: float | None
-    nvlink_tx_bytes_per_s: float | None
-    nvlink_rx_bytes_per_s: float | None
-    mig_parent: int | None
-    labels: tuple[tuple[str, str], ...]
-    samples: int
-    pcie_link_gen: int | None = None
-    pcie_link_width: int | None = None
-    driver_util: float | None = None
-    mig_instance: int | None = None
-    # The latest process list read in the window (None: not read).
-    processes: tuple[GpuProcess, ...] | None = None
-    # Energy over the window (the increase of the source's counter, across resets), where it
-    # comes from ("counter" or "power": see GpuSample), and the counter's newest value.
-    energy_joules: float | None = None
-    energy_source: str | None = None
-    energy_joules_total: float | None = None
-
-    @property
-    def pcie_peak_bytes_per_s(self) -> float | None:
-        """One direction's peak of the link, from its generation and width."""
-        return pcie_peak_bytes_per_s(self.pcie_link_gen, self.pcie_link_width)
-
-    @property
-    def pcie_bytes_per_s(self) -> float | None:
-        """The busier direction's throughput (host to device is rx on the GPU)."""
-        both = [v for v in (self.pcie_tx_bytes_per_s, self.pcie_rx_bytes_per_s) if v is not None]
-        return max(both) if both else None
-
-
-# Usable bytes/s per lane and direction, by PCIe generation: the transfer rate less line
-# coding (8b/10b to Gen 2, 128b/130b from Gen 3; Gen 6's FLIT mode counted as Gen 5 x2).
-_PCIE_LANE_BYTES = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.877e9}
-
-
-def pcie_peak_bytes_per_s(gen: int | None, width: int | None) -> float | None:
-    if gen is None or width is None or gen not in _PCIE_LANE_BYTES or width <= 0:
-        return None
-    return _PCIE_LANE_BYTES[gen] * width
-
-
-_GPU_MEANS = (
-    "util", "mem_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
-    "fp16_active", "fp32_active", "power_watts", "sm_clock_hz", "temperature_c",
-    "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
-    "nvlink_rx_bytes_per_s", "driver_util",
-)  # fmt: skip
-
-
-def gpu_window_of(last: GpuSample, **figures: Any) -> GpuWindow:
-    """A GPU's window: what its newest reading says, plus ``figures`` over the window
-    (samples, util_max, throttle_reasons, processes and the means). One builder for
-    both ways of computing a window (here, and monitor.window.live's running sums)."""
-    return GpuWindow(
-        index=last.index,
-        uuid=last.uuid,
-        name=last.name,
-        source=last.source,
-        power_limit_watts=last.power_limit_watts,
-        sm_clock_max_hz=last.sm_clock_max_hz,
-        memory_used_bytes=last.memory_used_bytes,
-        memory_total_bytes=last.memory_total_bytes,
-        mig_parent=last.mig_parent,
-        mig_instance=last.mig_instance,
-        labels=last.labels,
-        pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
-        pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
-        energy_source=last.energy_source,
-        energy_joules_total=last.energy_joules,
-        **figures,
-    )
+    def freq_mean(self) -> float | None:
+        return _mean(s.cpu_freq_mhz for s in self.samples)
 
 
 def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
-    means = {name: _mean(getattr(s, name) for s in samples) for name in _GPU_MEANS}
-    reasons: set[str] = set()
-    any_reasons = False
-    for s in samples:
-        if s.throttle_reasons is not None:
-            any_reasons = True
-            reasons.update(s.throttle_reasons)
-    return gpu_window_of(
-        samples[-1],
-        util_max=_max(s.util for s in samples),
-        throttle_reasons=tuple(sorted(reasons)) if any_reasons else None,
-        samples=len(samples),
-        processes=next((s.processes for s in reversed(samples) if s.processes is not None), None),
-        energy_joules=counter_increase([s.energy_joules for s in samples]),
-        **means,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class EngineWindow:
-    url: str
-    model_name: str
-    engine: str
-    flavour: str
-    elapsed_s: float
-    samples: int
-    running_mean: float | None
-    running_max: float | None
-    running_min: float | None
-    waiting_mean: float | None
-    waiting_max: float | None
-    waiting_first: float | None
-    waiting_last: float | None
-    waiting_capacity_mean: float | None
-    waiting_deferred_mean: float | None
-    kv_cache_usage_mean: float | None
-    kv_cache_usage_max: float | None
-    preemptions_per_s: float | None
-    prompt_tokens_per_s: float | None
-    generation_tokens_per_s: float | None
-    requests_per_s: float | None
-    admission_rejections_per_s: float | None
-    flops_per_s: float | None
-    read_bytes_per_s: float | None
-    write_bytes_per_s: float | None
-    # Share of prompt tokens looked up in the prefix cache that were found there.
-    prefix_cache_hit_rate: float | None
-    ttft_p50_s: float | None
-    ttft_p95_s: float | None
-    ttft_mean_s: float | None
-    itl_p50_s: float | None
-    itl_p95_s: float | None
-    tpot_mean_s: float | None
-    e2e_mean_s: float | None
-    e2e_p50_s: float | None
-    e2e_p95_s: float | None
-    queue_mean_s: float | None
-    prefill_mean_s: float | None
-    decode_mean_s: float | None
-    iteration_tokens_mean: float | None
-    # Per-sample series, oldest first: the plateau of running while waiting > 0 is the sequence cap.
-    running_series: tuple[float, ...]
-    waiting_series: tuple[float, ...]
-    # Histogram deltas over the window, by canonical name.
-    histograms: tuple[tuple[str, Histogram], ...]
-    cache_config: tuple[tuple[str, str], ...]
-    # The caps the engine reported itself, as of the newest sample (None: not asked or not told).
-    reported_max_num_seqs: int | None = None
-    reported_max_num_batched_tokens: int | None = None
-    reported_caps_origin: str = ""
-    # The releases whose names matched, and the fields the page lacked (see EngineSample).
-    flavour_version: str | None = None
-    missing: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # The sequence cap the engine reports, its latest reading (None: not exported).
-    seq_cap_reported: float | None = None
-
-    def histogram(self, name: str) -> Histogram | None:
-        for key, hist in self.histograms:
-            if key == name:
-                return hist
-        return None
-
-    @property
-    def in_flight_mean(self) -> float | None:
-        if self.running_mean is None:
-            return None
-        return self.running_mean + (self.waiting_mean or 0.0)
-
-
-def _prefix_hit_rate(samples: Sequence[EngineSample]) -> float | None:
-    """Hits over lookups in the window from the counters (None when nothing was looked up),
-    else the mean of the engine's own hit-rate gauge (SGLang, trtllm-serve)."""
-    hits = counter_increase([s.prefix_cache_hits_total for s in samples])
-    queries = counter_increase([s.prefix_cache_queries_total for s in samples])
-    if hits is not None and queries is not None:
-        return min(1.0, max(0.0, hits / queries)) if queries else None
-    return _mean(s.prefix_cache_hit_rate for s in samples)
-
-
-# EngineWindow's rates: the counter (an EngineSample field) each is the increase of.
-_RATES = {
-    "preemptions_per_s": "preemptions_total",
-    "prompt_tokens_per_s": "prompt_tokens_total",
-    "generation_tokens_per_s": "generation_tokens_total",
-    "requests_per_s": "request_success_total",
-    "admission_rejections_per_s": "admission_rejections_total",
-    "flops_per_s": "estimated_flops_total",
-    "read_bytes_per_s": "estimated_read_bytes_total",
-    "write_bytes_per_s": "estimated_write_bytes_total",
-}
-
-
-def engine_window_of(
-    last: EngineSample,
-    elapsed: float,
-    increase: Callable[[str], float | None],
-    deltas: Mapping[str, Histogram],
-    **figures: Any,
-) -> EngineWindow:
-    """An engine's window from its newest reading, each counter's ``increase`` over the
-    window, the histograms' deltas, and ``figures`` (samples, the gauges' means, extremes
-    and series, the prefix hit rate, the reported cap). One builder for both ways of
-    computing a window (here, and monitor.window.live's running sums)."""
-
-    def rate(counter: str) -> float | None:
-        inc = increase(counter)
-        if inc is None or elapsed <= 0:
-            return None
-        return inc / elapsed
-
-    return EngineWindow(
-        url=last.url,
-        model_name=last.model_name,
-        engine=last.engine,
-        flavour=last.flavour,
-        elapsed_s=elapsed,
-        **{name: rate(counter) for name, counter in _RATES.items()},
-        ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
-        ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
-        ttft_mean_s=histogram_mean(deltas.get(TTFT)),
-        itl_p50_s=histogram_quantile(0.5, deltas.get(ITL)),
-        itl_p95_s=histogram_quantile(0.95, deltas.get(ITL)),
-        tpot_mean_s=histogram_mean(deltas.get(TPOT)),
-        e2e_mean_s=histogram_mean(deltas.get(E2E)),
-        e2e_p50_s=histogram_quantile(0.5, deltas.get(E2E)),
-        e2e_p95_s=histogram_quantile(0.95, deltas.get(E2E)),
-        queue_mean_s=histogram_mean(deltas.get(QUEUE)),
-        prefill_mean_s=histogram_mean(deltas.get(PREFILL)),
-        decode_mean_s=histogram_mean(deltas.get(DECODE)),
-        iteration_tokens_mean=histogram_mean(deltas.get(ITERATION_TOKENS)),
-        histograms=tuple(sorted(deltas.items())),
-        flavour_version=last.flavour_version,
-        missing=last.missing,
-        cache_config=last.cache_config,
-        reported_max_num_seqs=_int_or_none(last.reported_max_num_seqs),
-        reported_max_num_batched_tokens=_int_or_none(last.reported_max_num_batched_tokens),
-        reported_caps_origin=last.reported_caps_origin,
-        **figures,
-    )
+    return gpu_stats(_GpuList(samples))
 
 
 def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
-    last = samples[-1]
-    elapsed = times[-1] - times[0] if len(times) >= 2 else 0.0
-    names = [k for k, _ in last.histograms]
-    deltas = {n: histogram_delta([s.histogram(n) for s in samples]) for n in names}
-    running = [s.running for s in samples]
-    waiting = [s.waiting for s in samples]
-    return engine_window_of(
-        last,
-        elapsed,
-        lambda name: counter_increase([getattr(s, name) for s in samples]),
-        {n: h for n, h in deltas.items() if h is not None},
-        samples=len(samples),
-        running_mean=_mean(running),
-        running_max=_max(running),
-        running_min=_min(running),
-        waiting_mean=_mean(waiting),
-        waiting_max=_max(waiting),
-        waiting_first=next((w for w in waiting if w is not None), None),
-        waiting_last=next((w for w in reversed(waiting) if w is not None), None),
-        waiting_capacity_mean=_mean(s.waiting_capacity for s in samples),
-        waiting_deferred_mean=_mean(s.waiting_deferred for s in samples),
-        kv_cache_usage_mean=_mean(s.kv_cache_usage for s in samples),
-        kv_cache_usage_max=_max(s.kv_cache_usage for s in samples),
-        prefix_cache_hit_rate=_prefix_hit_rate(samples),
-        running_series=tuple(v for v in running if v is not None),
-        waiting_series=tuple(v for v in waiting if v is not None),
-        seq_cap_reported=next(
-            (s.seq_cap_reported for s in reversed(samples) if s.seq_cap_reported), None
-        ),
-    )
-
-
-def _int_or_none(v: float | None) -> int | None:
-    return None if v is None else int(v)
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadLoad:
-    pid: int
-    tid: int
-    name: str
-    cpu_ratio: float  # share of one core
-
-
-@dataclass(frozen=True, slots=True)
-class HostWindow:
-    cpu_count: int
-    cpu_busy_ratio: float | None  # share of all CPUs busy
-    cpu_steal_ratio: float | None
-    cpu_freq_mhz: float | None
-    cpu_freq_max_mhz: float | None
-    engine_cpu_cores: float | None  # CPU of the engine's processes, in cores
-    busiest_thread: ThreadLoad | None
-    pids: tuple[int, ...]
+    return engine_stats(_EngineList(samples, times))
 
 
 def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWindow:
-    first, last = samples[0], samples[-1]
-    elapsed = times[-1] - times[0] if len(times) >= 2 else 0.0
-    busy = steal = None
-    total = last.cpu_total_seconds - first.cpu_total_seconds
-    if total > 0:
-        idle = last.cpu_idle_seconds - first.cpu_idle_seconds
-        busy = min(1.0, max(0.0, 1.0 - idle / total))
-        if first.cpu_steal_seconds is not None and last.cpu_steal_seconds is not None:
-            steal = min(1.0, max(0.0, (last.cpu_steal_seconds - first.cpu_steal_seconds) / total))
-    engine_cores = None
-    busiest: ThreadLoad | None = None
-    if elapsed > 0 and last.processes:
-        before = {p.pid: p for p in first.processes}
-        engine_cores = 0.0
-        for proc in last.processes:
-            prev = before.get(proc.pid)
-            if prev is None:
-                continue  # appeared within the window: no baseline, do not guess
-            engine_cores += max(0.0, proc.cpu_seconds - prev.cpu_seconds) / elapsed
-            prev_threads = {t.tid: t for t in prev.threads}
-            for th in proc.threads:
-                pt = prev_threads.get(th.tid)
-                if pt is None:
-                    continue
-                ratio = max(0.0, th.cpu_seconds - pt.cpu_seconds) / elapsed
-                if busiest is None or ratio > busiest.cpu_ratio:
-                    busiest = ThreadLoad(proc.pid, th.tid, th.name, ratio)
-    return HostWindow(
-        cpu_count=last.cpu_count,
-        cpu_busy_ratio=busy,
-        cpu_steal_ratio=steal,
-        cpu_freq_mhz=_mean(s.cpu_freq_mhz for s in samples),
-        cpu_freq_max_mhz=last.cpu_freq_max_mhz,
-        engine_cpu_cores=engine_cores,
-        busiest_thread=busiest,
-        pids=tuple(p.pid for p in last.processes),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class WindowStats:
-    start: float  # monotonic
-    end: float
-    wall_end: float
-    samples: int
-    gpus: tuple[GpuWindow, ...]
-    engines: tuple[EngineWindow, ...]
-    host: HostWindow | None
-    errors: tuple[SourceError, ...]  # those of the latest tick
-    load: tuple[tuple[str, float], ...]  # means of the load generator's figures
-    # The engine thread's latest Python profile (monitor.profiling.stacks.CpuProfile), set
-    # by whoever took it (snapshot --profile, the auto-profiler); never computed here.
-    cpu_profile: Any = None
-
-    @property
-    def duration_s(self) -> float:
-        return self.end - self.start
-
-
-def _gpu_key(g: GpuSample) -> tuple[str, str, int]:
-    return (g.source, g.uuid, g.index)
-
-
-def _engine_key(e: EngineSample) -> tuple[str, str, str]:
-    return (e.url, e.model_name, e.engine)
+    return host_stats(_HostList(samples, times))
 
 
 def compute_window(
@@ -551,18 +169,17 @@ def compute_window(
         s for s in snapshots if (start is None or s.t >= start) and (end is None or s.t <= end)
     ]
     if not snaps:
-        t = end if end is not None else 0.0
-        return WindowStats(t, t, 0.0, 0, (), (), None, (), ())
-    gpu_groups: dict[tuple[str, str, int], list[GpuSample]] = {}
-    engine_groups: dict[tuple[str, str, str], tuple[list[EngineSample], list[float]]] = {}
+        return empty_stats(end if end is not None else 0.0)
+    gpu_groups: dict[GpuKey, list[GpuSample]] = {}
+    engine_groups: dict[EngineKey, tuple[list[EngineSample], list[float]]] = {}
     host_samples: list[HostSample] = []
     host_times: list[float] = []
     load_acc: dict[str, list[float]] = {}
     for snap in snaps:
         for g in snap.gpus:
-            gpu_groups.setdefault(_gpu_key(g), []).append(g)
+            gpu_groups.setdefault(gpu_key(g), []).append(g)
         for e in snap.engines:
-            samples, times = engine_groups.setdefault(_engine_key(e), ([], []))
+            samples, times = engine_groups.setdefault(engine_key(e), ([], []))
             samples.append(e)
             times.append(snap.t)
         if snap.host is not None:
@@ -570,24 +187,12 @@ def compute_window(
             host_times.append(snap.t)
         for k, v in snap.load:
             load_acc.setdefault(k, []).append(v)
-    gpus = tuple(
-        gpu_window(v) for _, v in sorted(gpu_groups.items(), key=lambda kv: (kv[0][2], kv[0][1]))
+    return window_stats(
+        snaps[0],
+        snaps[-1],
+        len(snaps),
+        {k: _GpuList(v) for k, v in gpu_groups.items()},
+        (_EngineList(s, t) for s, t in engine_groups.values()),
+        _HostList(host_samples, host_times) if host_samples else None,
+        ((k, sum(v) / len(v)) for k, v in load_acc.items()),
     )
-    engines = tuple(engine_window(s, t) for s, t in engine_groups.values())
-    host = host_window(host_samples, host_times) if host_samples else None
-    load = tuple((k, sum(v) / len(v)) for k, v in load_acc.items())
-    return WindowStats(
-        start=snaps[0].t,
-        end=snaps[-1].t,
-        wall_end=snaps[-1].wall,
-        samples=len(snaps),
-        gpus=gpus,
-        engines=engines,
-        host=host,
-        errors=snaps[-1].errors,
-        load=load,
-    )
-
-
-def field_names(cls: type) -> list[str]:
-    return [f.name for f in fields(cls)]

@@ -19,7 +19,7 @@ from monitor.serve.agent import Agent
 from monitor.serve.config import AgentConfig
 from monitor.sources.base import Reading
 from monitor.sources.samples import EngineSample, GpuSample, HostSample, SourceError
-from monitor.window.full import WindowStats
+from monitor.window.stats import WindowStats
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.diagnosis import CAUSES, Diagnosis, Evidence, Verdict
 from monitor.serve.exporter import SelfStats, build_registry
 from monitor.sources.samples import EngineSample, GpuSample, Snapshot, SourceError
-from monitor.window.full import WindowStats, compute_window
+from monitor.window.full import compute_window
 from monitor.window.scopes import engine_scope
+from monitor.window.stats import WindowStats
 
 URL = "http://127.0.0.1:8000/metrics"
 

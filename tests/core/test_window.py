@@ -15,9 +15,9 @@ from monitor.sources.samples import (
     Snapshot,
     ThreadCpu,
 )
-from monitor.window.full import (
+from monitor.window.full import compute_window
+from monitor.window.stats import (
     TTFT,
-    compute_window,
     counter_increase,
     histogram_delta,
     histogram_quantile,

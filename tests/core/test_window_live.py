@@ -30,8 +30,8 @@ from monitor.sources.samples import (
     SourceError,
     ThreadCpu,
 )
-from monitor.window.full import WindowStats
 from monitor.window.live import LiveWindow
+from monitor.window.stats import WindowStats
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

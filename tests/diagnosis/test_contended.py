@@ -14,7 +14,8 @@ from monitor.diagnosis import diagnose
 from monitor.serve.exporter import GpuCollector
 from monitor.sources.samples import GpuProcess, GpuSample, HostSample, ProcessCpu, Snapshot
 from monitor.watch.report import build_report, render_text
-from monitor.window.full import WindowStats, compute_window
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 
 ENGINE, RIVAL, HOLDER = 529, 530, 531
 GIB = 2**30

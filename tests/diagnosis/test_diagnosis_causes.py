@@ -278,7 +278,8 @@ def _token_window(share_at_budget: float) -> dict[str, Any]:
     from diag_windows import ITER_BOUNDS, HistAcc
 
     from monitor.sources.samples import EngineSample, Snapshot
-    from monitor.window.full import ITERATION_TOKENS, compute_window
+    from monitor.window.full import compute_window
+    from monitor.window.stats import ITERATION_TOKENS
 
     acc = HistAcc(ITER_BOUNDS)
     snaps = []

@@ -14,7 +14,8 @@ from dataclasses import replace
 from monitor.sources.dcgm_exporter import gpus_from_text
 from monitor.sources.samples import Snapshot
 from monitor.sources.vllm import engines_from_text
-from monitor.window.full import WindowStats, compute_window
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 from simulator import Simulator
 from simulator.config import SimConfig
 from simulator.metrics import render_dcgm, render_vllm

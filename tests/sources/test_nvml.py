@@ -14,7 +14,8 @@ from monitor.diagnosis import diagnose
 from monitor.sources.base import Source
 from monitor.sources.nvml import NvmlSource, throttle_names
 from monitor.sources.samples import GpuSample, Snapshot
-from monitor.window.full import WindowStats, compute_window
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 
 READINGS = json.loads(H200_READINGS.read_text())["runs"]
 
