@@ -317,14 +317,10 @@ def diagnose(
     return Diagnosis(defer_to_lead(ordered) if reconcile else ordered, analyses)
 
 
+# The causes a GPU's kernels show, where a kernel profiler says which kernels.
 _KERNEL_CAUSES = (
-    "launch-bound",
-    "small-kernels",
-    "transfer-bound",
-    "compute-bound",
-    "memory-bound",
-    "comm-bound",
-)
+    "launch-bound", "small-kernels", "transfer-bound", "compute-bound", "memory-bound", "comm-bound",
+)  # fmt: skip
 
 
 def _hand_off(ctx: Context, v: Verdict) -> Verdict:
