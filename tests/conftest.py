@@ -1,0 +1,28 @@
+"""Fixtures every test folder may use: a fixed clock zone, the anyio backend."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """Status lines print local clock time: pin the zone so screenshots do not depend on it."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
