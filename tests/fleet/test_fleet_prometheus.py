@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
-from agent_support import REPO, free_port, hostport, sim_agent, wait_until  # noqa: E402
-from prometheus_support import HAVE_PROMETHEUS, run_prometheus  # noqa: E402
+from agent_support import REPO, hostport, sim_agent, wait_until  # noqa: E402
+from prometheus_support import HAVE_PROMETHEUS, free_port, run_prometheus  # noqa: E402
 
 from monitor.serve.agent import Agent  # noqa: E402
 
