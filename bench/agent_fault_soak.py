@@ -66,8 +66,8 @@ class FlakyGpu:
         self.trigger = trigger
 
     def read(self) -> Any:
-        from monitor.samples import GpuSample
         from monitor.sources.base import Reading
+        from monitor.sources.samples import GpuSample
 
         if self.trigger.exists():
             self.trigger.unlink()
@@ -93,9 +93,9 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def run_agent(port: int, url: str, trigger: Path, late_file: Path) -> None:
-    from monitor.agent import Agent, build_agent_sources
-    from monitor.config import AgentConfig
-    from monitor.malloc_arenas import limit_malloc_arenas
+    from monitor.serve.agent import Agent, build_agent_sources
+    from monitor.serve.config import AgentConfig
+    from monitor.serve.malloc_arenas import limit_malloc_arenas
 
     # As `headroom agent` does before its threads start (MALLOC_ARENA_MAX, if set, wins).
     limit_malloc_arenas()

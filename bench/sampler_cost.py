@@ -36,7 +36,7 @@ from fake_nvml import FakeNvml, workload_gpu  # noqa: E402
 
 from bench import fixture_server, machine  # noqa: E402
 from loadgen.stall import StallProbe  # noqa: E402
-from monitor.sampler import Sampler  # noqa: E402
+from monitor.read.sampler import Sampler  # noqa: E402
 from monitor.sources.base import Source  # noqa: E402
 from monitor.sources.nvml import NvmlSource  # noqa: E402
 

@@ -4,7 +4,7 @@ An agent ticking once a second sleeps between ticks; on the VMs here the memory 
 touches is no longer in the CPU's caches when it wakes (other guests, the hypervisor's
 flushes), so each tick's work costs several times what it costs run again at once. That
 is what makes a few ticks' parsing, window and diagnosis done together cheaper than each
-tick's alone (monitor.sampler's digest_every_s). Thread CPU (time.thread_time), median.
+tick's alone (monitor.read.sampler's digest_every_s). Thread CPU (time.thread_time), median.
 
     python bench/wake_cost.py > bench/results/wake_cost.txt
 """

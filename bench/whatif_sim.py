@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "diagnosis"))
 from virtual_box import blocking, closed_loop, step_at, sweep_knee  # noqa: E402
 
 from monitor.diagnosis import Caps, diagnose  # noqa: E402
-from monitor.report import engine_scope  # noqa: E402
+from monitor.window.scopes import engine_scope  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
 from simulator.scenarios import build  # noqa: E402
 

@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from monitor.recording import read_recording  # noqa: E402
-from monitor.sampler import Sampler  # noqa: E402
-from monitor.window_live import LiveWindow  # noqa: E402
+from monitor.read.recording import read_recording  # noqa: E402
+from monitor.read.sampler import Sampler  # noqa: E402
+from monitor.window.live import LiveWindow  # noqa: E402
 
 TICK_S = 0.1
 

@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from monitor.errors import HeadroomError
+from monitor.core.errors import HeadroomError
 
 COMMANDS = ("demo", "watch", "snapshot", "agent", "sim", "sweep", "tune", "profile", "fleet")
 

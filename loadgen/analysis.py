@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.schema import Goodput, HeadroomCheck, Saturation, StepResult
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
 SLO_PCTS = ("p50", "p90", "p95", "p99")

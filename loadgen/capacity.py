@@ -1,7 +1,7 @@
 """Capacity for a target rate, from a finished sweep: how many boxes of this config it takes.
 
 A box's goodput is the most requests/s one step completed while meeting every SLO (with no
-SLO: within the error threshold): measured, not modelled, unlike ``monitor.capacity`` which
+SLO: within the error threshold): measured, not modelled, unlike ``monitor.diagnosis.capacity`` which
 reads it off one window. The boxes are the target over that rate, grown by the margin a
 fleet keeps for bursts and a lost box, rounded up.
 """

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loadgen.prompts import Prompt
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 _HUMAN = ("human", "user")
 _MODEL = ("gpt", "assistant", "chatgpt", "bard", "model")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from loadgen.records import RecordTail, RequestRecord, WorkerStatus
 from loadgen.schema import Mode, WorkerConfig
-from monitor.errors import HeadroomError
+from monitor.core.errors import HeadroomError
 
 
 def _free_port(host: str = "127.0.0.1") -> int:

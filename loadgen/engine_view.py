@@ -8,9 +8,9 @@ from typing import Any
 
 from loadgen.schema import GpuActivity
 from monitor.diagnosis import Caps, diagnose
-from monitor.energy import Energy, window_energy
-from monitor.report import engine_scope
-from monitor.window import WindowStats
+from monitor.diagnosis.energy import Energy, window_energy
+from monitor.window.scopes import engine_scope
+from monitor.window.stats import WindowStats
 
 
 def _sum(values: list[float | None]) -> float | None:

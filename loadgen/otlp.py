@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from monitor.errors import HeadroomError
+from monitor.core.errors import HeadroomError
 
 # The span attributes vLLM sets (vllm/tracing/utils.py SpanAttributes), seconds.
 QUEUE = "gen_ai.latency.time_in_queue"

@@ -10,7 +10,7 @@ import os
 
 import httpx
 
-from monitor.errors import EndpointError
+from monitor.core.errors import EndpointError
 
 
 def api_key() -> str | None:

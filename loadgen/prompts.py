@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 LengthDist = Literal["fixed", "uniform", "normal", "exponential"]
 LENGTH_DISTS: tuple[LengthDist, ...] = ("fixed", "uniform", "normal", "exponential")

@@ -228,7 +228,7 @@ class StepResult(BaseModel):
     # TTFT split: queue_s, prefill_s, engine_other_s (engine means) and outside_s, the
     # client's TTFT p50 beyond the engine's (network, gateway, a late client).
     ttft_parts: dict | None = None
-    # Energy over the hold (monitor.energy): the GPUs' mean power from their energy counters
+    # Energy over the hold (monitor.diagnosis.energy): the GPUs' mean power from their energy counters
     # ("counter"), or their power readings where a GPU has none ("power"), against the
     # tokens and requests the client received; None without a GPU reading (a dash).
     gpu_power_watts: float | None = None

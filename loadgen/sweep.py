@@ -38,12 +38,13 @@ from loadgen.schema import (
 from loadgen.stall import StallProbe
 from loadgen.stats import client_cpu, client_stats, rate_rse
 from loadgen.trace import TraceEntry, load_trace, mean_rate, span_s
+from monitor.core.errors import EndpointError, HeadroomError
 from monitor.diagnosis import Caps, Diagnoser
-from monitor.energy import Energy
-from monitor.errors import EndpointError, HeadroomError
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.window import WindowStats, compute_window
+from monitor.diagnosis.energy import Energy
+from monitor.read.sampler import Sampler
+from monitor.watch.pipeline import Monitor
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 
 CLIENT_CPU_SATURATED = 0.9
 

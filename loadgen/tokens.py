@@ -19,7 +19,7 @@ import httpx
 
 from loadgen.preflight import api_key
 from loadgen.prompts import WORDS
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 # Counts a prompt: (text, as_chat) -> tokens the model sees.
 Counter = Callable[[str, bool], int]

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

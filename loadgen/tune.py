@@ -27,7 +27,7 @@ import httpx
 from loadgen import tune_plan as plan
 from loadgen.progress import Progress
 from loadgen.schema import SweepConfig
-from monitor.errors import ConfigError, HeadroomError
+from monitor.core.errors import ConfigError, HeadroomError
 
 TUNE_JSON = "tune.json"
 REPORT = "tune.md"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 # A change predicted to gain less than this ends the tune (the what-if's own MIN_GAIN).
 MIN_GAIN = 1.05

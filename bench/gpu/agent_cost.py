@@ -51,7 +51,7 @@ def free_port() -> int:
 
 
 def run_one(name: str, vllm_url: str | None, workload_pid: int | None) -> dict[str, object]:
-    from monitor.sampler import Sampler
+    from monitor.read.sampler import Sampler
     from monitor.sources.host import HostSource
     from monitor.sources.nvml import NvmlSource
     from monitor.sources.vllm import VllmSource

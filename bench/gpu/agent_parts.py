@@ -29,12 +29,14 @@ sys.path.insert(0, str(ROOT))
 import prometheus_client.exposition as text_exposition  # noqa: E402
 import prometheus_client.openmetrics.exposition as om_exposition  # noqa: E402
 
-from monitor import agent as agent_module  # noqa: E402
-from monitor import pipeline, sampler, window_live  # noqa: E402
-from monitor.agent import Agent, build_agent_sources  # noqa: E402
-from monitor.config import AgentConfig  # noqa: E402
 from monitor.diagnosis import hysteresis  # noqa: E402
+from monitor.read import sampler  # noqa: E402
+from monitor.serve import agent as agent_module  # noqa: E402
+from monitor.serve.agent import Agent, build_agent_sources  # noqa: E402
+from monitor.serve.config import AgentConfig  # noqa: E402
 from monitor.sources import host, nvml, promtext, vllm  # noqa: E402
+from monitor.watch import pipeline  # noqa: E402
+from monitor.window import live as window_live  # noqa: E402
 
 spent: Counter[str] = Counter()
 called: Counter[str] = Counter()

@@ -14,7 +14,7 @@ case, drives a known load with its own streaming clients and reads it the way a 
 - lowcap: the same, with ``--max-num-seqs N`` passed to the snapshot (the cap known);
 - sweep: ``headroom sweep`` stepping the concurrency from 1 to 4N.
 
-For each case: a recording (monitor/recording.py: NVML+GPM, the engine page and the server's
+For each case: a recording (monitor/read/recording.py: NVML+GPM, the engine page and the server's
 process at 1 s), then ``headroom snapshot --json --pid``. Beside all of it a thread reads
 NVML's energy counter and power at ~10 Hz, so each case and each sweep step gets joules
 from the counter and from power x time, the two compared. Results go to DIR (summary.json,
@@ -313,10 +313,10 @@ def wait_for(server: Server, running: int, timeout: float = 30.0) -> dict[str, f
 def record(server: Server, path: Path, seconds: float, interval: float = 1.0) -> dict[str, Any]:
     """A recording of the case, as `headroom watch --record` writes one: sampler, window, diagnosis."""
     from monitor.diagnosis import Diagnoser
-    from monitor.pipeline import Monitor
-    from monitor.recording import Recorder
-    from monitor.sampler import Sampler
+    from monitor.read.recording import Recorder
+    from monitor.read.sampler import Sampler
     from monitor.sources.build import build_sources
+    from monitor.watch.pipeline import Monitor
 
     sources, notes = build_sources(vllm_urls=[server.url], host_pids=[server.pid])
     sampler = Sampler(sources, interval=interval, capacity=10_000)

@@ -24,7 +24,7 @@ NCU_METRICS = "sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_durati
 def sample(seconds: float) -> subprocess.Popen[str]:
     code = (
         f"import json,sys;sys.path.insert(0,{str(ROOT)!r})\n"
-        "from monitor.sampler import Sampler\nfrom monitor.sources.nvml import NvmlSource\n"
+        "from monitor.read.sampler import Sampler\nfrom monitor.sources.nvml import NvmlSource\n"
         f"s=Sampler([NvmlSource(gpm=True)],interval=1.0);s.run(duration={seconds:f})\n"
         "for x in s.snapshots():\n"
         "  g=x.gpus[0] if x.gpus else None\n"

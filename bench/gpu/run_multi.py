@@ -140,11 +140,11 @@ def record(
     name: str, pids: list[int], interval: float, seconds: float, path: Path
 ) -> dict[str, Any]:
     from monitor.diagnosis import Diagnoser
-    from monitor.pipeline import Monitor
-    from monitor.recording import Recorder
-    from monitor.sampler import Sampler
+    from monitor.read.recording import Recorder
+    from monitor.read.sampler import Sampler
     from monitor.sources.host import HostSource
     from monitor.sources.nvml import NvmlSource
+    from monitor.watch.pipeline import Monitor
 
     sampler = Sampler([NvmlSource(gpm=True), HostSource(pids=pids)], interval=interval)
     window_s = max(2.0, 5 * interval)

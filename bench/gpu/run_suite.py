@@ -67,11 +67,11 @@ def finish(proc: subprocess.Popen[str]) -> dict[str, object]:
 
 def record(name: str, pid: int, interval: float, seconds: float, path: Path) -> dict[str, object]:
     from monitor.diagnosis import Diagnoser
-    from monitor.pipeline import Monitor
-    from monitor.recording import Recorder
-    from monitor.sampler import Sampler
+    from monitor.read.recording import Recorder
+    from monitor.read.sampler import Sampler
     from monitor.sources.host import HostSource
     from monitor.sources.nvml import NvmlSource
+    from monitor.watch.pipeline import Monitor
 
     sampler = Sampler(
         [NvmlSource(gpm=True), HostSource(pids=[pid])], interval=interval, capacity=10_000

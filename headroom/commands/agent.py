@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from headroom.commands.common import add_engine_url_flag
-from monitor.config import DEFAULT_PORT
+from monitor.serve.config import DEFAULT_PORT
 
 # Flags default to None so the config layers underneath (environment, file) show through.
 _FLAG_FIELDS = (
@@ -123,7 +123,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    from monitor.energy import parse_price
+    from monitor.diagnosis.energy import parse_price
 
     flags = {name: getattr(args, name, None) for name in _FLAG_FIELDS}
     # Checked here, not by argparse: a bad price is one line and exit 1, as in the config.
@@ -132,9 +132,9 @@ def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from monitor.agent import Agent
-    from monitor.config import load_agent_config
-    from monitor.malloc_arenas import limit_malloc_arenas
+    from monitor.serve.agent import Agent
+    from monitor.serve.config import load_agent_config
+    from monitor.serve.malloc_arenas import limit_malloc_arenas
 
     # Before any thread starts: a daemon's RSS must not creep over days (see the module).
     limit_malloc_arenas()

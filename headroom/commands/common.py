@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 
 def add_engine_url_flag(g: Any, default: list[str] | None) -> None:
@@ -66,7 +66,7 @@ def add_price_flag(g: argparse._ActionsContainer) -> None:
 
 def gpu_hour_price(args: argparse.Namespace) -> float | None:
     """--gpu-hour-price, else HEADROOM_GPU_HOUR_PRICE; a bad one is a ConfigError (one line)."""
-    from monitor.energy import price_from
+    from monitor.diagnosis.energy import price_from
 
     return price_from(getattr(args, "gpu_hour_price", None))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from headroom.commands.common import add_price_flag, gpu_hour_price
-from monitor.errors import ConfigError, HeadroomError
+from monitor.core.errors import ConfigError, HeadroomError
 
 DEFAULT_SCENARIO = "starved"
 MAX_WINDOW_S = 60.0
@@ -78,7 +78,7 @@ def sweep_command(handle: Any) -> list[str]:
 
 def new_sweep_dir() -> Path:
     """A folder for one demo sweep, under the user's state directory (not /tmp)."""
-    from monitor.paths import new_state_path
+    from monitor.core.paths import new_state_path
 
     return new_state_path("sweeps", "demo")
 
@@ -86,13 +86,13 @@ def new_sweep_dir() -> Path:
 def run(args: argparse.Namespace) -> int:
     from headroom.commands.watch import run_app
     from monitor.diagnosis import Diagnoser
-    from monitor.pipeline import Monitor
-    from monitor.sampler import Sampler
+    from monitor.read.sampler import Sampler
     from monitor.sources.dcgm_exporter import DcgmExporterSource
     from monitor.sources.host import HostSource
     from monitor.sources.vllm import VllmSource
     from monitor.tui.feeds import LocalFeed
     from monitor.tui.sweep import SweepLauncher
+    from monitor.watch.pipeline import Monitor
     from simulator import SCENARIOS, start_sim
 
     names = list(SCENARIOS)

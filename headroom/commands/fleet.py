@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from headroom.commands.common import add_price_flag, gpu_hour_price
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 EPILOG = """\
 examples:

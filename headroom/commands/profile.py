@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from monitor.errors import ConfigError
+    from monitor.core.errors import ConfigError
     from monitor.profiling import trace as tr
     from monitor.profiling.pyspy import ProfileError
     from monitor.profiling.vllm_profiler import run_profile

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from monitor.errors import ConfigError, HeadroomError
+from monitor.core.errors import ConfigError, HeadroomError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -12,8 +12,8 @@ from headroom.commands.common import (
     build_diagnoser_from_args,
     build_sources_from_args,
 )
-from monitor.errors import ConfigError, NoDataError
-from monitor.report import error_line, render_text
+from monitor.core.errors import ConfigError, NoDataError
+from monitor.watch.report import error_line, render_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -65,8 +65,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from monitor.pipeline import Monitor
-    from monitor.sampler import Sampler
+    from monitor.read.sampler import Sampler
+    from monitor.watch.pipeline import Monitor
 
     if args.window <= 0:
         raise ConfigError("--window must be positive")
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 print(f"headroom snapshot: {line}", file=sys.stderr)
     if args.target_rate is not None:
-        from monitor.capacity import capacity
+        from monitor.diagnosis.capacity import capacity
 
         report["capacity"] = capacity(report, args.target_rate, slos)
     if args.json:
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         # With nothing read, an empty table says nothing the closing line does not.
         print(render_text(report))
         if args.target_rate is not None:
-            from monitor.capacity import capacity_text
+            from monitor.diagnosis.capacity import capacity_text
 
             print(capacity_text(report["capacity"]))
     if no_data:
@@ -145,7 +145,7 @@ def _slos(args: argparse.Namespace) -> dict[str, float]:
     if not args.slo:
         return {}
     from loadgen.analysis import parse_slo
-    from monitor.capacity import check_slos
+    from monitor.diagnosis.capacity import check_slos
 
     slos = dict(parse_slo(text) for text in args.slo)
     check_slos(slos)

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from headroom.commands.common import add_engine_flag, add_price_flag, gpu_hour_price
 from headroom.commands.sweep_flags import read_list, read_numbers
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 EPILOG = """\
 examples:

@@ -12,7 +12,7 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 EPILOG = """\
 examples:

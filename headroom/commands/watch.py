@@ -13,7 +13,7 @@ from headroom.commands.common import (
     build_sources_from_args,
     gpu_hour_price,
 )
-from monitor.errors import ConfigError, NoDataError
+from monitor.core.errors import ConfigError, NoDataError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.remote:
         feed = RemoteFeed(args.remote[0], interval=args.interval, timeout=args.timeout)
     else:
-        from monitor.pipeline import Monitor
-        from monitor.sampler import Sampler
+        from monitor.read.sampler import Sampler
+        from monitor.watch.pipeline import Monitor
 
         diagnoser = build_diagnoser_from_args(args)
         sources, notes = build_sources_from_args(args)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict, pct
 from monitor.diagnosis.verdict import Verdict
-from monitor.window import GpuWindow
+from monitor.window.stats import GpuWindow
 
 COMM_FIX = (
     "overlap communication with compute (async TP / sequence parallel), use a layout with "

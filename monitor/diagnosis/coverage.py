@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from monitor.sources import metric_names as mn
-from monitor.window import ITERATION_TOKENS, EngineWindow
+from monitor.window.stats import ITERATION_TOKENS, EngineWindow
 
 # Cause -> the fields (as in EngineWindow.missing) of which at least one must be read,
 # per group: every group must be met.

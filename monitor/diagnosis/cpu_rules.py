@@ -10,8 +10,8 @@ from monitor.diagnosis.idle_rules import engine_idle
 from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict, num, pct
 from monitor.diagnosis.verdict import Evidence, Verdict
 from monitor.profiling.hot_path import describe, fix_for
-from monitor.report import engine_scope
-from monitor.window import EngineWindow
+from monitor.window.scopes import engine_scope
+from monitor.window.stats import EngineWindow
 
 
 def _cpu_fix(busy: float | None, thread: float | None, gap_ms: float | None) -> str:

@@ -30,8 +30,8 @@ from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
 from monitor.diagnosis.whatif import engine_whatif, with_whatif
 from monitor.profiling.handoff import gpu_next_steps
-from monitor.report import engine_scope, gpu_scope
-from monitor.window import WindowStats
+from monitor.window.scopes import engine_scope, gpu_scope
+from monitor.window.stats import WindowStats
 
 
 @dataclass(frozen=True)
@@ -316,14 +316,10 @@ def diagnose(
     return Diagnosis(defer_to_lead(ordered) if reconcile else ordered, analyses)
 
 
+# The causes a GPU's kernels show, where a kernel profiler says which kernels.
 _KERNEL_CAUSES = (
-    "launch-bound",
-    "small-kernels",
-    "transfer-bound",
-    "compute-bound",
-    "memory-bound",
-    "comm-bound",
-)
+    "launch-bound", "small-kernels", "transfer-bound", "compute-bound", "memory-bound", "comm-bound",
+)  # fmt: skip
 
 
 def _hand_off(ctx: Context, v: Verdict) -> Verdict:

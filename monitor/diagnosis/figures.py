@@ -14,7 +14,7 @@ from typing import Any
 
 from monitor.diagnosis.peaks import GpuPeak, match_gpu, peak_for_key
 from monitor.diagnosis.thresholds import Caps, Thresholds
-from monitor.window import (
+from monitor.window.stats import (
     E2E,
     ITERATION_TOKENS,
     PREFILL,

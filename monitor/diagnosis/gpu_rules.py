@@ -5,9 +5,9 @@ from __future__ import annotations
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.rule_kit import Context, ev, make_verdict, pct, pct_read
 from monitor.diagnosis.thresholds import Thresholds
-from monitor.diagnosis.verdict import Cause, Evidence, Verdict
-from monitor.report import gpu_scope
-from monitor.window import GpuWindow
+from monitor.diagnosis.verdict import Evidence, Verdict
+from monitor.window.scopes import gpu_scope
+from monitor.window.stats import GpuWindow
 
 
 def launch_gaps(g: GpuWindow, th: Thresholds) -> bool:
@@ -176,6 +176,27 @@ def busy_unfilled(ctx: Context, g: GpuWindow) -> Verdict | None:
     )
 
 
+def _roofline_verdict(
+    side: str,
+    confidence: float,
+    g: GpuWindow,
+    evidence: list[Evidence],
+    summary: str,
+    missing: tuple[str, ...] = (),
+) -> Verdict:
+    """Compute- or memory-bound as the engine's roofline places the GPU (``side``)."""
+    compute = side == "compute"
+    return make_verdict(
+        "compute-bound" if compute else "memory-bound",
+        confidence,
+        gpu_scope(g),
+        evidence,
+        _COMPUTE_FIX if compute else _MEMORY_FIX,
+        summary,
+        missing,
+    )
+
+
 def saturated(ctx: Context, g: GpuWindow) -> Verdict | None:
     th = ctx.th
     if g.util is None or g.util < th.util_saturated:
@@ -190,17 +211,12 @@ def saturated(ctx: Context, g: GpuWindow) -> Verdict | None:
     if g.sm_active is None:
         # Duty cycle alone cannot tell a saturated GPU from one running tiny kernels.
         if side is not None:
-            cause: Cause = "compute-bound" if side == "compute" else "memory-bound"
-            return make_verdict(
-                cause,
-                0.5,
-                gpu_scope(g),
-                base + roof_ev,
-                _COMPUTE_FIX if side == "compute" else _MEMORY_FIX,
+            return _roofline_verdict(
+                side, 0.5, g, base + roof_ev,
                 f"Busy {pct(g.util)} of the time; the engine's roofline puts it on the {side} "
                 "side (no SM activity metrics to confirm).",
                 ("gpm",),
-            )
+            )  # fmt: skip
         return make_verdict(
             "unknown",
             0.4,
@@ -238,16 +254,11 @@ def saturated(ctx: Context, g: GpuWindow) -> Verdict | None:
             f"Memory-bound: SMs {pct(g.sm_active)} active, DRAM bandwidth {pct(dram or 0)} busy.",
         )
     if side is not None:
-        cause = "compute-bound" if side == "compute" else "memory-bound"
-        return make_verdict(
-            cause,
-            0.6,
-            gpu_scope(g),
-            evidence + roof_ev,
-            _COMPUTE_FIX if side == "compute" else _MEMORY_FIX,
+        return _roofline_verdict(
+            side, 0.6, g, evidence + roof_ev,
             f"Saturated (SMs {pct(g.sm_active)} active); neither tensor nor DRAM activity is "
             f"high, the engine's roofline puts it on the {side} side.",
-        )
+        )  # fmt: skip
     return make_verdict(
         "compute-bound",
         0.5,

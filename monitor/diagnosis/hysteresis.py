@@ -22,7 +22,7 @@ from monitor.diagnosis.diagnose import Diagnosis, defer_to_lead, diagnose, order
 from monitor.diagnosis.figures import SeenCap
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
-from monitor.window import WindowStats
+from monitor.window.stats import WindowStats
 
 
 @dataclass

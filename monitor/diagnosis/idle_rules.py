@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from monitor.diagnosis.energy import idle_bill, physical_gpus
 from monitor.diagnosis.rule_kit import BOX, Context, ev, make_verdict, pct
 from monitor.diagnosis.thresholds import Thresholds
 from monitor.diagnosis.verdict import Evidence, Verdict
-from monitor.energy import idle_bill, physical_gpus
-from monitor.report import gpu_scope
-from monitor.scopes import gpu_label
-from monitor.window import EngineWindow, GpuWindow
+from monitor.window.scopes import gpu_label, gpu_scope
+from monitor.window.stats import EngineWindow, GpuWindow
 
 
 def engine_idle(e: EngineWindow, th: Thresholds) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.thresholds import Caps, Thresholds
-from monitor.window import EngineWindow, GpuWindow, HostWindow
+from monitor.window.stats import EngineWindow, GpuWindow, HostWindow
 
 # A cap this close behind the GPU's (soft) knee is what holds requests back there, and a
 # knob is raised just past (by this much) the next limit behind it.

@@ -15,9 +15,9 @@ from monitor.diagnosis import figures as fig
 from monitor.diagnosis.limits import Load, headroom, load_from_window
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Cause, Evidence, Verdict
-from monitor.report import engine_scope
 from monitor.sources import metric_names as mn
-from monitor.window import EngineWindow, GpuWindow, WindowStats
+from monitor.window.scopes import engine_scope
+from monitor.window.stats import EngineWindow, GpuWindow, WindowStats
 
 BOX = "box"
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import time
 
-from monitor.capacity_text import GROWTH_SHOWN, longer
 from monitor.diagnosis import figures as fig
+from monitor.diagnosis.energy import money, physical_gpus
 from monitor.diagnosis.idle_rules import engine_idle, gpus_power
 from monitor.diagnosis.rule_kit import Context, engine_table, ev, make_verdict, num, pct
 from monitor.diagnosis.verdict import Evidence, Verdict
-from monitor.energy import money, physical_gpus
-from monitor.report import engine_scope
-from monitor.window import EngineWindow
+from monitor.text.capacity import GROWTH_SHOWN, longer
+from monitor.window.scopes import engine_scope
+from monitor.window.stats import EngineWindow
 
 
 def cap_words(cap: fig.SeqCap) -> str:

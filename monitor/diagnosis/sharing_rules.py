@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from monitor.diagnosis.gpu_sharing import Sharing, sharing
 from monitor.diagnosis.rule_kit import Context, ev, make_verdict, pct
 from monitor.diagnosis.verdict import Evidence, Verdict
-from monitor.gpu_sharing import Sharing, sharing
-from monitor.samples import GpuProcess
-from monitor.scopes import gpu_label, gpu_scope
-from monitor.window import GpuWindow
+from monitor.sources.samples import GpuProcess
+from monitor.window.scopes import gpu_label, gpu_scope
+from monitor.window.stats import GpuWindow
 
 _FIX = (
     "give the engine its GPU to itself: move the other process to another GPU "

@@ -14,8 +14,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from monitor.configfile import read_settings_file
-from monitor.errors import ConfigError
+from monitor.core.configfile import read_settings_file
+from monitor.core.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     pass

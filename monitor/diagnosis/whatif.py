@@ -32,8 +32,8 @@ from monitor.diagnosis.limits import (
     cc_float,
 )
 from monitor.diagnosis.verdict import Verdict
-from monitor.whatif_text import whatif_text
-from monitor.window import EngineWindow, GpuWindow
+from monitor.text.whatif import whatif_text
+from monitor.window.stats import EngineWindow, GpuWindow
 
 __all__ = ["Knobs", "Load", "StepModel", "engine_whatif", "for_cause", "predict", "with_whatif"]
 

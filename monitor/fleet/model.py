@@ -60,7 +60,7 @@ class FleetEngine:
 
     @property
     def scope(self) -> str:
-        # monitor.scopes.engine_scope's spelling, so the verdicts find their engine.
+        # monitor.window.scopes.engine_scope's spelling, so the verdicts find their engine.
         return f"engine:{self.model_name}/{self.engine}@{self.url}"
 
     def to_json(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from monitor.errors import ConfigError, EndpointAnsweredError, EndpointError
+from monitor.core.errors import ConfigError, EndpointAnsweredError, EndpointError
 from monitor.sources.promtext import display_url
 
 TOKEN_ENV = "HEADROOM_PROMETHEUS_TOKEN"

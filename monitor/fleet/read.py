@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor.errors import NoDataError
+from monitor.core.errors import NoDataError
 from monitor.fleet.model import STALE_AFTER_S, Fleet, assemble
 from monitor.fleet.promql import PromQL
 from monitor.fleet.queries import fleet_queries

@@ -67,23 +67,28 @@ def host_age(h: FleetHost) -> str:
     return age if h.present else f"agent gone from Prometheus, {age}"
 
 
-def host_lines(h: FleetHost, detail: bool = True) -> list[str]:
+def host_cells(h: FleetHost) -> tuple[str, str, str, str, str, str, str, str]:
+    """A host's figures as the table and the fleet screen show them: wasted GPUs, its top
+    cause and confidence, duty, SM active, running, waiting, KV cache."""
     top = h.verdict
+    return (
+        num(h.wasted),
+        top.cause if top else "-",
+        num(top.confidence, 2) if top else "-",
+        pct(h.mean("util")),
+        pct(h.mean("sm_active")),
+        num(h.engine_sum("running")),
+        num(h.engine_sum("waiting")),
+        pct(h.engine_max("kv_cache_usage")),
+    )
+
+
+def host_lines(h: FleetHost, detail: bool = True) -> list[str]:
     label = h.instance or "(no host label)"
     if h.stale:
         label += " (stale)"
     lines = [
-        _row(
-            label,
-            num(h.wasted),
-            top.cause if top else "-",
-            num(top.confidence, 2) if top else "-",
-            pct(h.mean("util")),
-            pct(h.mean("sm_active")),
-            num(h.engine_sum("running")),
-            num(h.engine_sum("waiting")),
-            pct(h.engine_max("kv_cache_usage")),
-        )
+        _row(label, *host_cells(h))
         + spare_cell(h.spare_rps)
         + energy_cells(
             h.wasted_cost_per_hour, h.power_watts, h.engine_max("energy_per_token_joules")

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitor.errors import HeadroomError
+from monitor.core.errors import HeadroomError
 from monitor.profiling.hot_path import classify
 from monitor.profiling.stacks import CpuProfile, ThreadProfile, aggregate, parse
 

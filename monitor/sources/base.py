@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from monitor.samples import EngineSample, GpuSample, HostSample, SourceError
+from monitor.sources.samples import EngineSample, GpuSample, HostSample, SourceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,7 @@ class Reading:
 class Source(Protocol):
     """A source reads on each tick and never raises from ``read``: failures become SourceErrors.
 
-    Construction may raise ``monitor.errors.SourceUnavailable`` when the source
+    Construction may raise ``monitor.core.errors.SourceUnavailable`` when the source
     cannot work at all (NVML library missing, no GPU): the caller says so in one
     line and goes on with the other sources.
     """

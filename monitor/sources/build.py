@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from monitor.errors import SourceUnavailable
+from monitor.core.errors import SourceUnavailable
 from monitor.sources.base import Source
 
 log = logging.getLogger(__name__)

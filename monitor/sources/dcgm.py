@@ -29,12 +29,12 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from monitor.errors import SourceUnavailable
-from monitor.samples import GpuSample, SourceError
+from monitor.core.errors import SourceUnavailable
 from monitor.sources.base import Reading
 
 # DCGM_CLOCKS_EVENT_REASON_* are NVML's bits: one table names both.
 from monitor.sources.nvml import throttle_names
+from monitor.sources.samples import GpuSample, SourceError
 
 log = logging.getLogger(__name__)
 

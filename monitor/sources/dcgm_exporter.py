@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from monitor.errors import ConfigError, EndpointError
-from monitor.samples import GpuSample, SourceError
+from monitor.core.errors import ConfigError, EndpointError
 from monitor.sources.base import Reading
 from monitor.sources.promtext import (
     Scraper,
@@ -24,6 +23,7 @@ from monitor.sources.promtext import (
     metrics_url,
     parse,
 )
+from monitor.sources.samples import GpuSample, SourceError
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 import psutil
 
-from monitor.samples import HostSample, ProcessCpu, SourceError, ThreadCpu
 from monitor.sources.base import Reading
 from monitor.sources.proc_tree import ProcTree
 from monitor.sources.procfs import KeptFiles, host_cpu, process_stat
+from monitor.sources.samples import HostSample, ProcessCpu, SourceError, ThreadCpu
 from monitor.sources.thread_cpu import ThreadCpuReader
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The tables from canonical engine metrics to each server's Prometheus names.
 
-Canonical names are the fields of ``monitor.samples.EngineSample`` (gauges and
+Canonical names are the fields of ``monitor.sources.samples.EngineSample`` (gauges and
 cumulative counters), the histogram keys of ``EngineSample.histograms``, and
 ``cache_config_info``. Metric names drift between releases (vLLM's
 ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc`` and dashboards went

@@ -66,11 +66,11 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from monitor.errors import ConfigError, SourceUnavailable
-from monitor.samples import GpuProcess, GpuSample, SourceError
+from monitor.core.errors import ConfigError, SourceUnavailable
 from monitor.sources.base import Reading
 from monitor.sources.energy import EnergyMeter
 from monitor.sources.gpu_processes import Identity, ProcessIdentities
+from monitor.sources.samples import GpuProcess, GpuSample, SourceError
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.errors import ConfigError, EndpointAnsweredError, EndpointError
+from monitor.core.errors import ConfigError, EndpointAnsweredError, EndpointError
 from monitor.sources.http_page import BadResponse, PageClient, build_request
 
 # A family's samples may carry these suffixes (histograms, summaries, counters).

@@ -4,7 +4,7 @@ The engine (vLLM, SGLang, TGI, TensorRT-LLM, Triton, llama.cpp) and the release
 range of its names are found from the page, or forced with ``--engine``. One
 EngineSample per (model, engine) pair, so data-parallel engines stay apart.
 Counters and histograms are passed on raw and cumulative: rates, resets and
-quantiles are the window's job (``monitor.window``). Which Prometheus name
+quantiles are the window's job (``monitor.window.full``). Which Prometheus name
 means what lives in ``monitor.sources.metric_names``.
 """
 
@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
-from monitor.errors import ConfigError, EndpointAnsweredError, EndpointError
-from monitor.samples import EngineSample, Histogram, SourceError
+from monitor.core.errors import ConfigError, EndpointAnsweredError, EndpointError
 from monitor.sources import metric_names as mn
 from monitor.sources.base import Reading
 from monitor.sources.engine_config import EngineConfigProbe, ReportedCaps
@@ -32,6 +31,7 @@ from monitor.sources.promtext import (
     metrics_url,
     parse,
 )
+from monitor.sources.samples import EngineSample, Histogram, SourceError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from textual.binding import Binding
 from textual.timer import Timer
 from textual.worker import get_current_worker
 
-from monitor.errors import HeadroomError
-from monitor.paths import new_state_path
+from monitor.core.errors import HeadroomError
+from monitor.core.paths import new_state_path
 from monitor.tui import fmt
 from monitor.tui.feeds import Feed, Frame, ReplayFeed
 from monitor.tui.screens import (

@@ -17,12 +17,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from monitor.errors import ConfigError
-from monitor.recording import Recorder, Recording, read_recording
-from monitor.samples import Snapshot
+from monitor.core.errors import ConfigError
+from monitor.read.recording import Recorder, Recording, read_recording
+from monitor.sources.samples import Snapshot
 
 if TYPE_CHECKING:
-    from monitor.pipeline import Monitor
+    from monitor.watch.pipeline import Monitor
 
 MIN_INTERVAL = 0.25
 MAX_INTERVAL = 60.0
@@ -258,8 +258,8 @@ MonitorFactory = Callable[[Recording], "Monitor"]
 
 def default_replay_monitor(recording: Recording) -> Monitor:
     """A fresh Monitor with the recorded session's window and caps, fed by pushes, not sources."""
-    from monitor.pipeline import Monitor
-    from monitor.sampler import Sampler
+    from monitor.read.sampler import Sampler
+    from monitor.watch.pipeline import Monitor
 
     diag = recording.header.get("diagnosis") or {}
     diagnoser = None

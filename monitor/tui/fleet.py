@@ -19,9 +19,9 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from monitor.errors import HeadroomError
+from monitor.core.errors import HeadroomError
 from monitor.fleet.model import Fleet, FleetHost
-from monitor.fleet.render import count, host_age, money, num, pct, watts
+from monitor.fleet.render import count, host_age, host_cells, money, num, pct, watts
 
 COLUMNS = ("host", "GPUs", "wasted", "cause", "conf", "duty", "SM", "run", "wait", "KV", "spare/s",
            "$/hour", "power")  # fmt: skip
@@ -66,20 +66,12 @@ class FleetScreen(Screen):
         keep = self.selected()
         table.clear()
         for h in fleet.hosts:
-            top = h.verdict
             table.add_row(
                 Text(
                     h.instance + (" (stale)" if h.stale else ""), style="dim" if h.stale else ""
                 ),  # fmt: skip
                 str(len(h.gpus)),
-                num(h.wasted),
-                top.cause if top else "-",
-                num(top.confidence, 2) if top else "-",
-                pct(h.mean("util")),
-                pct(h.mean("sm_active")),
-                num(h.engine_sum("running")),
-                num(h.engine_sum("waiting")),
-                pct(h.engine_max("kv_cache_usage")),
+                *host_cells(h),
                 num(h.spare_rps, 2),
                 money(h.wasted_cost_per_hour),
                 watts(h.power_watts),

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
-from monitor.report import process_rows, profile_lines
+from monitor.text.whatif import whatif_text
 from monitor.tui import fmt
 from monitor.tui.sweep import SweepState, chart, load_of
 from monitor.tui.tight import tighten
@@ -38,7 +38,7 @@ from monitor.tui.widgets import (
 from monitor.tui.widgets import (
     meter as _meter,
 )
-from monitor.whatif_text import whatif_text
+from monitor.watch.report import process_rows, profile_lines
 
 
 def gap_words(util: float, sm: float, verdict: Mapping[str, Any] | None) -> str:

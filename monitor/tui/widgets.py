@@ -15,10 +15,10 @@ from rich.text import Text
 from textual.geometry import Region, Size
 from textual.widget import Widget
 
-from monitor.capacity_text import NONE_FINISHED, capacity_words, headroom_words
-from monitor.report import engine_title, missing_notes
+from monitor.text.capacity import NONE_FINISHED, capacity_words, headroom_words
 from monitor.tui import fmt
 from monitor.tui.view import ENGINE_SOURCES, GPU_SOURCES, HOST_SOURCES, View
+from monitor.watch.report import engine_title, missing_notes
 
 Report = Mapping[str, Any]
 

@@ -11,15 +11,16 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from monitor.agent import Agent
-from monitor.config import AgentConfig
-from monitor.samples import EngineSample, GpuSample, HostSample, SourceError
+from monitor.serve.agent import Agent
+from monitor.serve.config import AgentConfig
 from monitor.sources.base import Reading
-from monitor.window import WindowStats
+from monitor.sources.samples import EngineSample, GpuSample, HostSample, SourceError
+from monitor.window.stats import WindowStats
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -180,12 +181,6 @@ class Endpoint:
         self._start()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, step: float = 0.1) -> Any:
     """Poll until ``predicate`` returns something truthy; generous for a machine that stalls."""
     deadline = time.monotonic() + timeout
@@ -196,6 +191,30 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, step: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(step)
+
+
+def hostport(url: str) -> str:
+    """A URL's host:port, as a Prometheus scrape target names it."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}"
+
+
+def sim_agent(sim: Any, **overrides: Any) -> Agent:
+    """An agent watching a simulator (its engine page and its dcgm-exporter page, no NVML),
+    started; ``overrides`` are AgentConfig's."""
+    values: dict[str, Any] = dict(
+        listen="127.0.0.1:0",
+        vllm=(sim.url,),
+        dcgm_exporter=sim.gpu_metrics_url,
+        nvml=False,
+        interval=0.5,
+        window=4.0,
+        pids=(sim.pid,),
+    )
+    values.update(overrides)
+    agent = Agent(AgentConfig(**values))
+    agent.start()
+    return agent
 
 
 def make_config(**overrides: Any) -> AgentConfig:

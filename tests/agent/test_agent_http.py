@@ -22,10 +22,10 @@ from agent_support import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-import monitor.agent
-from monitor.agent import Agent
-from monitor.config import AgentConfig
-from monitor.errors import ConfigError
+import monitor.serve.agent
+from monitor.core.errors import ConfigError
+from monitor.serve.agent import Agent
+from monitor.serve.config import AgentConfig
 from monitor.sources.vllm import VllmSource
 
 
@@ -223,7 +223,7 @@ def test_every_answer_holds_every_tick_read_before_it(start_agent, monkeypatch) 
     # The agent makes its snapshots, engine pages, window and diagnosis a few ticks at a
     # time; each request makes those still waiting first. With the wait made endless, only
     # the requests make them: every answer must still hold the engine's latest page.
-    monkeypatch.setattr(monitor.agent, "DIGEST_EVERY_S", 3600.0)
+    monkeypatch.setattr(monitor.serve.agent, "DIGEST_EVERY_S", 3600.0)
     fixtures = Path(__file__).resolve().parent.parent / "fixtures"
     loaded = (fixtures / "vllm-0.32.0-cpu-metrics-under-load.txt").read_bytes()
     idle = (fixtures / "vllm-0.32.0-cpu-metrics-idle.txt").read_bytes()

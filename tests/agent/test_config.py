@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import DEFAULT_PORT, load_agent_config, load_web_config, parse_listen
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
+from monitor.serve.config import DEFAULT_PORT, load_agent_config, load_web_config, parse_listen
 
 
 def test_defaults_listen_on_loopback() -> None:
@@ -136,7 +136,7 @@ def test_the_agent_watches_only_the_gpus_it_is_given(monkeypatch: pytest.MonkeyP
     from fake_nvml import FakeNvml, workload_gpu
 
     import monitor.sources.nvml as nvml_source
-    from monitor.agent import build_agent_sources
+    from monitor.serve.agent import build_agent_sources
 
     fake = FakeNvml([workload_gpu("idle"), workload_gpu("idle"), workload_gpu("matmul")])
     monkeypatch.setattr(nvml_source, "_import_pynvml", lambda: fake)
@@ -165,8 +165,8 @@ def test_the_agent_judges_once_a_step_and_a_reader_gets_the_latest_reading(
 ) -> None:
     # Steps (what a cause's hold counts, what listeners hear) come once a step; the window
     # is built from every reading in it, and a reader gets the newest one judged.
-    from monitor.agent import Agent
-    from monitor.samples import EngineSample, Snapshot
+    from monitor.serve.agent import Agent
+    from monitor.sources.samples import EngineSample, Snapshot
 
     config = load_agent_config(env={**settings, "HEADROOM_LISTEN": "127.0.0.1:0"})
     agent = Agent(config, sources=[])

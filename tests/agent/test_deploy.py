@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from agent_support import REPO
 
-from monitor.config import DEFAULT_PORT, load_agent_config
+from monitor.serve.config import DEFAULT_PORT, load_agent_config
 
 DEPLOY = REPO / "deploy"
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from agent_support import View
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.diagnosis import CAUSES, Diagnosis, Evidence, Verdict
-from monitor.exporter import SelfStats, build_registry
-from monitor.report import engine_scope
-from monitor.samples import EngineSample, GpuSample, Snapshot, SourceError
-from monitor.window import WindowStats, compute_window
+from monitor.serve.exporter import SelfStats, build_registry
+from monitor.sources.samples import EngineSample, GpuSample, Snapshot, SourceError
+from monitor.window.full import compute_window
+from monitor.window.scopes import engine_scope
+from monitor.window.stats import WindowStats
 
 URL = "http://127.0.0.1:8000/metrics"
 
@@ -27,48 +31,32 @@ def scrape(
     return out
 
 
-def window() -> WindowStats:
-    snaps = []
-    for i in range(5):
-        snaps.append(
-            Snapshot(
-                t=float(i),
-                wall=1000.0 + i,
-                gpus=(
-                    GpuSample(
-                        0,
-                        "GPU-a",
-                        "NVIDIA H200",
-                        "nvml",
-                        util=0.27,
-                        sm_active=0.0004,
-                        power_watts=None,
-                        throttle_reasons=("sw_power_cap",),
-                    ),
-                    GpuSample(
-                        1,
-                        "GPU-b",
-                        "NVIDIA H200",
-                        "nvml",
-                        util=0.0,
-                        sm_active=0.0,
-                        tensor_active=0.0,
-                    ),
-                ),  # fmt: skip
-                engines=(
-                    EngineSample(
-                        URL,
-                        "m",
-                        "0",
-                        running=64,
-                        waiting=8,
-                        kv_cache_usage=0.4,
-                        request_success_total=3.0 * i,
-                    ),
-                ),  # fmt: skip
-            )
-        )
+def five_ticks(
+    gpus: Callable[[int], tuple[GpuSample, ...]], engines: Callable[[int], tuple[EngineSample, ...]]
+) -> WindowStats:
+    """The window over five ticks a second apart, each tick's GPUs and engines made for it."""
+    snaps = [
+        Snapshot(t=float(i), wall=1000.0 + i, gpus=gpus(i), engines=engines(i)) for i in range(5)
+    ]
     return compute_window(snaps)
+
+
+def h200(index: int, uuid: str, **figures: Any) -> GpuSample:
+    return GpuSample(index, uuid, "NVIDIA H200", "nvml", **figures)
+
+
+def window() -> WindowStats:
+    return five_ticks(
+        lambda i: (
+            h200(0, "GPU-a", util=0.27, sm_active=0.0004, power_watts=None,
+                 throttle_reasons=("sw_power_cap",)),
+            h200(1, "GPU-b", util=0.0, sm_active=0.0, tensor_active=0.0),
+        ),
+        lambda i: (
+            EngineSample(URL, "m", "0", running=64, waiting=8, kv_cache_usage=0.4,
+                         request_success_total=3.0 * i),
+        ),
+    )  # fmt: skip
 
 
 def test_gpu_series_and_absent_values() -> None:
@@ -92,50 +80,21 @@ def test_gpu_series_and_absent_values() -> None:
 
 
 def test_energy_counter_per_gpu_and_energy_per_token_per_engine() -> None:
-    snaps = [
-        Snapshot(
-            t=float(i),
-            wall=1000.0 + i,
-            gpus=(
-                GpuSample(
-                    0,
-                    "GPU-a",
-                    "NVIDIA H200",
-                    "nvml",
-                    util=0.9,
-                    power_watts=500.0,
-                    energy_joules=1000.0 + 500.0 * i,
-                    energy_source="counter",
-                ),
-                GpuSample(
-                    1,
-                    "GPU-b",
-                    "NVIDIA T4",
-                    "nvml",
-                    util=0.9,
-                    power_watts=50.0,
-                    energy_joules=50.0 * i,
-                    energy_source="power",
-                ),
-                GpuSample(
-                    2, "MIG-c", "NVIDIA H200 MIG", "nvml", util=0.9, mig_parent=0, mig_instance=1
-                ),
-            ),
-            engines=(
-                EngineSample(
-                    URL,
-                    "m",
-                    "0",
-                    running=8.0,
-                    waiting=0.0,
-                    generation_tokens_total=1100.0 * i,
-                    request_success_total=5.5 * i,
-                ),
-            ),
-        )  # fmt: skip
-        for i in range(5)
-    ]
-    view = View(compute_window(snaps), None)
+    stats = five_ticks(
+        lambda i: (
+            h200(0, "GPU-a", util=0.9, power_watts=500.0, energy_joules=1000.0 + 500.0 * i,
+                 energy_source="counter"),
+            GpuSample(1, "GPU-b", "NVIDIA T4", "nvml", util=0.9, power_watts=50.0,
+                      energy_joules=50.0 * i, energy_source="power"),
+            GpuSample(2, "MIG-c", "NVIDIA H200 MIG", "nvml", util=0.9, mig_parent=0,
+                      mig_instance=1),
+        ),
+        lambda i: (
+            EngineSample(URL, "m", "0", running=8.0, waiting=0.0,
+                         generation_tokens_total=1100.0 * i, request_success_total=5.5 * i),
+        ),
+    )  # fmt: skip
+    view = View(stats, None)
     view.gpu_hour_price = 3.6  # type: ignore[attr-defined]
     m = scrape(view)
     energy = {
@@ -242,9 +201,8 @@ def test_an_engine_page_without_a_kv_gauge_is_said_missing_not_zero() -> None:
 def test_a_reading_made_later_is_stamped_with_the_time_the_source_read() -> None:
     # The agent parses an engine page a few ticks after fetching it: the source's last
     # success is when it answered, not when its page was parsed.
-    from collections.abc import Callable
 
-    from monitor.agent import TrackedSource
+    from monitor.serve.agent import TrackedSource
     from monitor.sources.base import Reading
 
     now = [1_000.0]

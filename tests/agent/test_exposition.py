@@ -20,12 +20,12 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from monitor.agent import _Collected
 from monitor.diagnosis import Diagnoser
-from monitor.exporter import SelfStats, build_registry
-from monitor.exposition import render
-from monitor.recording import read_recording
-from monitor.window import compute_window
+from monitor.read.recording import read_recording
+from monitor.serve.agent import _Collected
+from monitor.serve.exporter import SelfStats, build_registry
+from monitor.serve.exposition import render
+from monitor.window.full import compute_window
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RECORDINGS = sorted(

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 _COUNT_ARENAS = textwrap.dedent(
     """
     import ctypes, os, sys, tempfile, threading
-    from monitor.malloc_arenas import limit_malloc_arenas
+    from monitor.serve.malloc_arenas import limit_malloc_arenas
 
     limited = limit_malloc_arenas() if sys.argv[1] == "limit" else False
     start = threading.Barrier(16)

@@ -18,11 +18,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import yaml
-from agent_support import REPO, wait_until
+from agent_support import REPO, hostport, sim_agent, wait_until
 from prometheus_support import HAVE_PROMETHEUS, PROMTOOL, run_prometheus
 
-from monitor.agent import Agent
-from monitor.config import AgentConfig
+from monitor.serve.agent import Agent
 
 DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
 
@@ -49,30 +48,13 @@ class Stack:
         return self.query(expr)["result"]
 
 
-def _hostport(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}"
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     from simulator import start_sim
 
     tmp = tmp_path_factory.mktemp("prom")
     sim = start_sim(scenario="seq-cap", port=0)
-    agent = Agent(
-        AgentConfig(
-            listen="127.0.0.1:0",
-            vllm=(sim.url,),
-            dcgm_exporter=sim.gpu_metrics_url,
-            nvml=False,
-            interval=0.5,
-            window=4.0,
-            pids=(sim.pid,),
-            gpu_hour_price=2.5,
-        )
-    )
-    agent.start()
+    agent = sim_agent(sim, gpu_hour_price=2.5)
     # The project's rules, evaluated every second instead of every 15 s to keep this short.
     rule_files = []
     for src in sorted((REPO / "configs/prometheus/rules").glob("*.yml")):
@@ -85,12 +67,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": rule_files,
         "scrape_configs": [
-            {"job_name": "headroom", "static_configs": [{"targets": [_hostport(agent.url)]}]},
-            {"job_name": "vllm", "static_configs": [{"targets": [_hostport(sim.url)]}]},
+            {"job_name": "headroom", "static_configs": [{"targets": [hostport(agent.url)]}]},
+            {"job_name": "vllm", "static_configs": [{"targets": [hostport(sim.url)]}]},
             {
                 "job_name": "dcgm-exporter",
                 "metrics_path": urlsplit(sim.gpu_metrics_url).path,
-                "static_configs": [{"targets": [_hostport(sim.url)]}],
+                "static_configs": [{"targets": [hostport(sim.url)]}],
             },
         ],
     }

@@ -16,8 +16,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.diagnosis import Caps, diagnose
-from monitor.exporter import DiagnosisCollector, EngineCollector, GpuCollector, HostCollector
-from monitor.samples import (
+from monitor.serve.exporter import DiagnosisCollector, EngineCollector, GpuCollector, HostCollector
+from monitor.sources.samples import (
     EngineSample,
     GpuProcess,
     GpuSample,
@@ -26,7 +26,7 @@ from monitor.samples import (
     Snapshot,
     ThreadCpu,
 )
-from monitor.window import compute_window
+from monitor.window.full import compute_window
 
 PROM = REPO / "configs" / "prometheus"
 RULE_FILES = sorted((PROM / "rules").glob("*.yml"))

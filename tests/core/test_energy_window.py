@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from monitor.core.errors import ConfigError
 from monitor.diagnosis import diagnose
-from monitor.energy import parse_price, price_from, window_energy
-from monitor.errors import ConfigError
-from monitor.report import build_report, render_text
-from monitor.samples import EngineSample, GpuSample, Snapshot
-from monitor.window import compute_window
-from monitor.window_live import LiveWindow
+from monitor.diagnosis.energy import parse_price, price_from, window_energy
+from monitor.sources.samples import EngineSample, GpuSample, Snapshot
+from monitor.watch.report import build_report, render_text
+from monitor.window.full import compute_window
+from monitor.window.live import LiveWindow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "diagnosis"))
 from virtual_box import closed_loop  # noqa: E402

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import EngineSample, Snapshot
+from monitor.read.sampler import Sampler
+from monitor.sources.samples import EngineSample, Snapshot
+from monitor.watch.pipeline import Monitor
 
 
 def _snap(t: float, model: str, running: float, done: float) -> Snapshot:

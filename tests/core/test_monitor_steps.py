@@ -3,10 +3,10 @@ report is built when someone reads it."""
 
 from __future__ import annotations
 
-import monitor.pipeline as pipeline
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import EngineSample, Snapshot
+import monitor.watch.pipeline as pipeline
+from monitor.read.sampler import Sampler
+from monitor.sources.samples import EngineSample, Snapshot
+from monitor.watch.pipeline import Monitor
 
 
 def _snap(t: float, done: float, running: float = 8.0, waiting: float = 0.0) -> Snapshot:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from monitor.capacity_text import capacity_words, headroom_words
-from monitor.pipeline import Monitor
-from monitor.report import render_text
-from monitor.sampler import Sampler
-from monitor.samples import EngineSample, Snapshot
+from monitor.read.sampler import Sampler
+from monitor.sources.samples import EngineSample, Snapshot
+from monitor.text.capacity import capacity_words, headroom_words
+from monitor.watch.pipeline import Monitor
+from monitor.watch.report import render_text
 
 
 def _snap(t: float, done: float) -> Snapshot:

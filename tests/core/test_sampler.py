@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from monitor.sampler import Sampler
-from monitor.samples import EngineSample, SourceError
+from monitor.read.sampler import Sampler
 from monitor.sources.base import Reading
+from monitor.sources.samples import EngineSample, SourceError
 
 
 class CountingSource:

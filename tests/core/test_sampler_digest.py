@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import EngineSample, GpuSample, Snapshot, SourceError
+from monitor.read.sampler import Sampler
 from monitor.sources.base import Reading
+from monitor.sources.samples import EngineSample, GpuSample, Snapshot, SourceError
+from monitor.watch.pipeline import Monitor
 
 
 class Box:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from monitor.samples import (
+from monitor.sources.samples import (
     EngineSample,
     GpuSample,
     Histogram,
@@ -15,9 +15,9 @@ from monitor.samples import (
     Snapshot,
     ThreadCpu,
 )
-from monitor.window import (
+from monitor.window.full import compute_window
+from monitor.window.stats import (
     TTFT,
-    compute_window,
     counter_increase,
     histogram_delta,
     histogram_quantile,

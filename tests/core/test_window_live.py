@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from monitor.recording import read_recording
-from monitor.sampler import Sampler
-from monitor.samples import (
+from monitor.read.recording import read_recording
+from monitor.read.sampler import Sampler
+from monitor.sources.samples import (
     EngineSample,
     GpuProcess,
     GpuSample,
@@ -30,8 +30,8 @@ from monitor.samples import (
     SourceError,
     ThreadCpu,
 )
-from monitor.window import WindowStats
-from monitor.window_live import LiveWindow
+from monitor.window.live import LiveWindow
+from monitor.window.stats import WindowStats
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

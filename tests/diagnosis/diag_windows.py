@@ -2,7 +2,7 @@
 
 Engine counters and histograms are generated cumulatively from per-second rates, host
 CPU from per-second shares, so the window's rates, means and histogram deltas come out
-of monitor.window exactly as they would from live sources.
+of monitor.window.full exactly as they would from live sources.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.samples import (
+from monitor.sources.samples import (
     EngineSample,
     GpuSample,
     Histogram,
@@ -20,15 +20,8 @@ from monitor.samples import (
     Snapshot,
     ThreadCpu,
 )
-from monitor.window import (
-    E2E,
-    ITERATION_TOKENS,
-    PREFILL,
-    QUEUE,
-    TTFT,
-    WindowStats,
-    compute_window,
-)
+from monitor.window.full import compute_window
+from monitor.window.stats import E2E, ITERATION_TOKENS, PREFILL, QUEUE, TTFT, WindowStats
 
 E2E_BOUNDS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, float("inf"))
 ITER_BOUNDS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, float("inf"))

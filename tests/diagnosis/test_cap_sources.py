@@ -10,7 +10,7 @@ import pytest
 from diag_windows import gpu, make_window
 
 from monitor.diagnosis import Caps, Diagnoser, diagnose
-from monitor.report import engine_scope
+from monitor.window.scopes import engine_scope
 
 ROOMY_GPU = gpu(1.0, 0.89, 0.05, 0.82)  # memory-bound decode: tensor cores idle, room for more
 QUEUED = dict(running=8, waiting=24, rps=2.0, e2e_s=4.0, queue_s=1.0)

@@ -9,9 +9,9 @@ import pytest
 from virtual_box import closed_loop, sweep_knee
 
 from headroom.cli import main
-from monitor.capacity import capacity, capacity_text
 from monitor.diagnosis import Caps, diagnose
-from monitor.report import build_report
+from monitor.diagnosis.capacity import capacity, capacity_text
+from monitor.watch.report import build_report
 from simulator.scenarios import build
 
 KW = {"warmup_s": 40.0, "window_s": 20.0}

@@ -16,7 +16,7 @@ from diag_windows import gpu, make_window
 from monitor.diagnosis import Caps, Thresholds, diagnose
 from monitor.diagnosis.comm_rules import COMM_FIX
 from monitor.diagnosis.peaks import GPU_PEAKS
-from monitor.samples import GpuSample
+from monitor.sources.samples import GpuSample
 
 H200_NVLINK = GPU_PEAKS["H200"].nvlink_bytes_per_s
 assert H200_NVLINK == 900e9

@@ -11,10 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from monitor.diagnosis import diagnose
-from monitor.exporter import GpuCollector
-from monitor.report import build_report, render_text
-from monitor.samples import GpuProcess, GpuSample, HostSample, ProcessCpu, Snapshot
-from monitor.window import WindowStats, compute_window
+from monitor.serve.exporter import GpuCollector
+from monitor.sources.samples import GpuProcess, GpuSample, HostSample, ProcessCpu, Snapshot
+from monitor.watch.report import build_report, render_text
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 
 ENGINE, RIVAL, HOLDER = 529, 530, 531
 GIB = 2**30

@@ -10,7 +10,7 @@ from diag_windows import gpu, make_window
 
 from monitor.diagnosis import CAUSES, Caps, Thresholds, diagnose
 from monitor.diagnosis.verdict import Verdict
-from monitor.samples import GpuProcess
+from monitor.sources.samples import GpuProcess
 
 IDLE_GPU = gpu(0.0, 0.0, 0.0, 0.0)
 LOW_GPU = gpu(0.3, 0.2, 0.1, 0.2)
@@ -277,8 +277,9 @@ def _token_window(share_at_budget: float) -> dict[str, Any]:
     # Two step sizes: some steps fill the 512-token budget, the rest carry 100 tokens.
     from diag_windows import ITER_BOUNDS, HistAcc
 
-    from monitor.samples import EngineSample, Snapshot
-    from monitor.window import ITERATION_TOKENS, compute_window
+    from monitor.sources.samples import EngineSample, Snapshot
+    from monitor.window.full import compute_window
+    from monitor.window.stats import ITERATION_TOKENS
 
     acc = HistAcc(ITER_BOUNDS)
     snaps = []
@@ -460,7 +461,7 @@ def test_a_saturated_host_alone_is_only_a_weak_hint() -> None:
 
 
 def test_a_gpu_waiting_on_host_copies_is_named_and_the_two_duty_cycles_explained() -> None:
-    from monitor.report import build_report
+    from monitor.watch.report import build_report
 
     w = make_window(gpus=[H2D_GPU])
     d = diagnose(w)

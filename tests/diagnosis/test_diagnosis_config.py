@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from monitor.core.errors import ConfigError
 from monitor.diagnosis import Caps, Thresholds, load_caps, load_thresholds
-from monitor.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "headroom.example.toml"
 

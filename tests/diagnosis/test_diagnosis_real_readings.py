@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from monitor.diagnosis import Diagnoser, diagnose
-from monitor.report import engine_scope
-from monitor.samples import GpuSample, Snapshot
-from monitor.window import compute_window
+from monitor.sources.samples import GpuSample, Snapshot
+from monitor.window.full import compute_window
+from monitor.window.scopes import engine_scope
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 H200 = json.loads((FIXTURES / "h200-nvml-gpm-readings.json").read_text())

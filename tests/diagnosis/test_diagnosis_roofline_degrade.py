@@ -7,7 +7,7 @@ from diag_windows import gpu, make_window
 
 from monitor.diagnosis import GPU_PEAKS, Caps, diagnose, match_gpu
 from monitor.diagnosis.peaks import peak_for_key
-from monitor.report import engine_scope
+from monitor.window.scopes import engine_scope
 
 T = 1e12
 

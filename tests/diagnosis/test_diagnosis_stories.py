@@ -8,7 +8,8 @@ import pytest
 from diag_windows import gpu, make_window
 
 from monitor.diagnosis import Caps, diagnose
-from monitor.report import build_report, engine_scope
+from monitor.watch.report import build_report
+from monitor.window.scopes import engine_scope
 
 LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
 # vLLM's estimated FLOPs and bytes for those steps (300 tokens/s of an 8B model, 30 steps a

@@ -13,8 +13,8 @@ import pytest
 from diag_windows import gpu, make_window
 
 from monitor.diagnosis import Caps, diagnose
-from monitor.report import engine_scope
-from monitor.window import WindowStats
+from monitor.window.scopes import engine_scope
+from monitor.window.stats import WindowStats
 
 FIXED_S = 0.0262  # per step
 PER_SEQ_S = 0.0124  # per running sequence per step: the tensor work

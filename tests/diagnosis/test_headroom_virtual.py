@@ -15,7 +15,7 @@ import pytest
 from virtual_box import closed_loop
 
 from monitor.diagnosis import Caps, diagnose
-from monitor.report import engine_scope
+from monitor.window.scopes import engine_scope
 from simulator.scenarios import build
 
 BOX = build(

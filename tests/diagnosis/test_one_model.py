@@ -16,9 +16,9 @@ import pytest
 from virtual_box import closed_loop
 
 from monitor.diagnosis import Caps, diagnose
-from monitor.recording import read_recording
-from monitor.report import engine_scope
-from monitor.window import compute_window
+from monitor.read.recording import read_recording
+from monitor.window.full import compute_window
+from monitor.window.scopes import engine_scope
 from simulator.scenarios import build
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"

@@ -9,9 +9,10 @@ import re
 import pytest
 from diag_windows import gpu, make_window
 
-from monitor.capacity_text import capacity_words, headroom_words
 from monitor.diagnosis import diagnose
-from monitor.report import build_report, engine_scope, render_text
+from monitor.text.capacity import capacity_words, headroom_words
+from monitor.watch.report import build_report, render_text
+from monitor.window.scopes import engine_scope
 
 LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)  # streaming the weights for a small batch: room to grow
 MID_GPU = gpu(0.6, 0.45, 0.3, 0.3)

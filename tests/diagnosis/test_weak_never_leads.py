@@ -7,7 +7,7 @@ import pytest
 import monitor.diagnosis.hysteresis as hysteresis
 from monitor.diagnosis import Diagnoser, Diagnosis
 from monitor.diagnosis.verdict import Verdict
-from monitor.window import compute_window
+from monitor.window.full import compute_window
 
 SEQ = Verdict("seq-cap", 0.75, "engine:m/0@u", (), "raise --max-num-seqs above 4", "cap")
 HINT = Verdict("cpu-bound", 0.3, "engine:m/0@u", (), "more CPU", "possibly CPU")

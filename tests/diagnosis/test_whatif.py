@@ -20,9 +20,10 @@ from virtual_box import blocking, closed_loop, sweep_knee
 from monitor.diagnosis import Caps, diagnose
 from monitor.diagnosis.verdict import Verdict
 from monitor.diagnosis.whatif import Knobs, Load, StepModel, predict
-from monitor.recording import read_recording
-from monitor.report import build_report, engine_scope, render_text
+from monitor.read.recording import read_recording
 from monitor.tui.feeds import default_replay_monitor
+from monitor.watch.report import build_report, render_text
+from monitor.window.scopes import engine_scope
 from simulator.config import SimConfig
 from simulator.scenarios import build
 

@@ -11,7 +11,7 @@ from diag_windows import gpu, make_window
 from monitor.diagnosis import Caps, diagnose
 from monitor.profiling.hot_path import classify
 from monitor.profiling.pyspy import build_profile
-from monitor.report import build_report, render_text
+from monitor.watch.report import build_report, render_text
 
 CPU_BOUND = dict(
     gpus=[gpu(0.3, 0.27, 0.2, 0.2)],

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from monitor.samples import Snapshot
 from monitor.sources.dcgm_exporter import gpus_from_text
+from monitor.sources.samples import Snapshot
 from monitor.sources.vllm import engines_from_text
-from monitor.window import WindowStats, compute_window
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 from simulator import Simulator
 from simulator.config import SimConfig
 from simulator.metrics import render_dcgm, render_vllm

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
+
+from http_support import serving_handler
 
 Series = tuple[Mapping[str, str], float]
 
@@ -107,15 +108,8 @@ def serve(canned: Canned) -> Iterator[str]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving_handler(Handler) as url:
+        yield url
 
 
 def host(

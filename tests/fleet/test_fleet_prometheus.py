@@ -10,16 +10,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
-from agent_support import REPO, free_port, wait_until  # noqa: E402
-from prometheus_support import HAVE_PROMETHEUS, run_prometheus  # noqa: E402
+from agent_support import REPO, hostport, sim_agent, wait_until  # noqa: E402
+from prometheus_support import HAVE_PROMETHEUS, free_port, run_prometheus  # noqa: E402
 
-from monitor.agent import Agent  # noqa: E402
-from monitor.config import AgentConfig  # noqa: E402
+from monitor.serve.agent import Agent  # noqa: E402
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -28,11 +26,6 @@ pytestmark = [
 
 # One box that idles, one whose engine waits at its sequence cap, one whose GPU is saturated.
 SCENARIOS = ("idle", "seq-cap", "compute-bound")
-
-
-def _hostport(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}"
 
 
 class Fleet:
@@ -60,22 +53,8 @@ def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet
                 )  # fmt: skip
                 agents.append(f"127.0.0.1:{port}")
                 continue
-            agent = Agent(
-                AgentConfig(
-                    listen="127.0.0.1:0",
-                    vllm=(sim.url,),
-                    dcgm_exporter=sim.gpu_metrics_url,
-                    nvml=False,
-                    interval=0.5,
-                    window=4.0,
-                    pids=(sim.pid,),
-                )
-            )
-            agent.start()
-            agents.append(agent)
-        hosts = {
-            a if isinstance(a, str) else _hostport(a.url): s for a, s in zip(agents, SCENARIOS)
-        }
+            agents.append(sim_agent(sim))
+        hosts = {a if isinstance(a, str) else hostport(a.url): s for a, s in zip(agents, SCENARIOS)}
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [

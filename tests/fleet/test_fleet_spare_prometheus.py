@@ -11,17 +11,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
-from agent_support import REPO, wait_until  # noqa: E402
+from agent_support import REPO, hostport, sim_agent, wait_until  # noqa: E402
 from prometheus_support import HAVE_PROMETHEUS, run_prometheus  # noqa: E402
-
-from monitor.agent import Agent  # noqa: E402
-from monitor.config import AgentConfig  # noqa: E402
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -40,11 +36,6 @@ def _config(cap: int, rate: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _hostport(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}"
-
-
 @pytest.fixture(scope="module")
 def two_boxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
     from simulator import start_sim
@@ -54,12 +45,8 @@ def two_boxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, l
         for cap, rate in BOXES:
             sim = start_sim(scenario="starved", port=0, config=_config(cap, rate))
             sims.append(sim)
-            agent = Agent(AgentConfig(listen="127.0.0.1:0", vllm=(sim.url,),
-                                      dcgm_exporter=sim.gpu_metrics_url, nvml=False,
-                                      interval=0.5, window=10.0, pids=(sim.pid,)))  # fmt: skip
-            agent.start()
-            agents.append(agent)
-        hosts = [_hostport(a.url) for a in agents]
+            agents.append(sim_agent(sim, window=10.0))
+        hosts = [hostport(a.url) for a in agents]
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [{"job_name": "headroom", "static_configs": [{"targets": hosts}]}],

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from monitor.diagnosis import Diagnoser
-from monitor.pipeline import Monitor
-from monitor.recording import read_recording
-from monitor.sampler import Sampler
+from monitor.read.recording import read_recording
+from monitor.read.sampler import Sampler
+from monitor.watch.pipeline import Monitor
 
 # The idle part of the bill the idle and starved verdicts end with since issue 31 ("The GPUs
 # draw 82 W held idle (0.30 MJ an hour)."): recordings made before it lack the sentence.

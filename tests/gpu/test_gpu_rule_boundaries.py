@@ -12,8 +12,8 @@ import pytest
 
 from monitor.diagnosis import Thresholds, diagnose
 from monitor.diagnosis.verdict import Verdict
-from monitor.samples import GpuSample, Snapshot
-from monitor.window import compute_window
+from monitor.sources.samples import GpuSample, Snapshot
+from monitor.window.full import compute_window
 
 E = 1e-3
 TH = Thresholds()

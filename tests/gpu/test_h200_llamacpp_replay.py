@@ -3,7 +3,7 @@
 bench/gpu/llamacpp_h200.py ran ``llama-server --metrics --parallel 8`` (CUDA, sm_90, CUDA
 graphs on) with a ~1B random Llama (Llama-3.2-1B's shape, f16, every layer on the GPU) on
 a lent H200 and drove known loads with its own streaming clients. For each it recorded
-(monitor/recording.py: NVML with GPM, the engine's /metrics page and the server's process,
+(monitor/read/recording.py: NVML with GPM, the engine's /metrics page and the server's process,
 1 s ticks, a 5 s window) and took ``headroom snapshot --json --pid``;
 bench/gpu/llamacpp_fixtures.py copied them here, each tick's report trimmed to its verdicts.
 bench/results/llamacpp_h200.md has the run's figures, energy included.
@@ -33,7 +33,7 @@ from replay_support import replay_reports, without_bill
 
 from loadgen.analysis import find_saturation, headroom_check, littles_law
 from loadgen.schema import StepResult
-from monitor.recording import read_recording
+from monitor.read.recording import read_recording
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h200_llamacpp"
 SLOTS = 8  # the server's --parallel

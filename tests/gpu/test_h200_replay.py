@@ -18,9 +18,9 @@ import pytest
 from replay_support import replay_reports, without_bill
 
 from monitor.diagnosis import diagnose
-from monitor.recording import read_recording
-from monitor.samples import GpuSample, Snapshot
-from monitor.window import compute_window
+from monitor.read.recording import read_recording
+from monitor.sources.samples import GpuSample, Snapshot
+from monitor.window.full import compute_window
 
 GPU_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu"
 H200 = GPU_FIXTURES / "h200"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from replay_support import without_bill
 
-from monitor.recording import read_recording
+from monitor.read.recording import read_recording
 from monitor.tui.feeds import default_replay_monitor
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "fixtures" / "recordings"

@@ -6,60 +6,28 @@ the whole suite is collected in one run.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
 import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import engine_support  # noqa: E402
+from engine_support import ROOT, headroom, load_serve, snapshot  # noqa: E402, F401
 
 # The --parallel of the shared server: llama.cpp's slots, its sequence cap.
 SLOTS = 4
 
 
-def _load_serve() -> ModuleType:
-    # deploy/llamacpp is not a package: load it by path, as a user may.
-    name = "headroom_llamacpp_serve"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "deploy" / "llamacpp" / "serve.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-serve = _load_serve()
+serve = load_serve("llamacpp")
 
 
 def skip_or_fail(reason: str) -> None:
-    """Skip where llama.cpp cannot be built; under CI fail, unless skipping is allowed."""
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if in_ci and os.environ.get("HEADROOM_ALLOW_LLAMACPP_SKIP") != "1":
-        pytest.fail(f"{reason} (CI=true: set HEADROOM_ALLOW_LLAMACPP_SKIP=1 to skip instead)")
-    pytest.skip(reason)
-
-
-def headroom(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-    """Run the headroom CLI as a user would, with this test run's interpreter."""
-    return subprocess.run(
-        [sys.executable, "-m", "headroom", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
+    """Skip where llama.cpp cannot be built; under CI fail, unless HEADROOM_ALLOW_LLAMACPP_SKIP=1."""
+    engine_support.skip_or_fail(reason, "HEADROOM_ALLOW_LLAMACPP_SKIP")
 
 
 def gauges(url: str) -> dict[str, float]:
@@ -113,12 +81,3 @@ def steady_load(url: str, streams: int, max_tokens: int = 1500) -> Iterator[None
         for t in threads:
             t.join(timeout=120)
     assert not errors, errors[:3]
-
-
-def snapshot(url: str, window: float, *extra: str) -> dict[str, Any]:
-    proc = headroom(
-        "snapshot", "--vllm", url, "--no-nvml", "--window", str(window),
-        "--interval", "0.25", "--json", *extra,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"snapshot exited {proc.returncode}: {proc.stderr}"
-    return json.loads(proc.stdout)

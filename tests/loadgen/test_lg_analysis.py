@@ -14,7 +14,7 @@ from loadgen.analysis import (
 )
 from loadgen.plan import AdaptivePlan, FixedPlan
 from loadgen.schema import Saturation, StepResult
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 _I = iter(range(10_000))
 

@@ -157,7 +157,7 @@ def test_what_the_receiver_cannot_read_is_refused_with_the_reason() -> None:
 def test_a_port_in_use_is_one_line() -> None:
     rx = TraceReceiver("127.0.0.1", 0)
     try:
-        from monitor.errors import HeadroomError
+        from monitor.core.errors import HeadroomError
 
         port = int(rx.endpoint.rsplit(":", 1)[1].split("/")[0])
         with pytest.raises(HeadroomError, match=f"cannot listen .* on 127.0.0.1:{port}"):

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from loadgen.prompts import PromptSource, load_jsonl, sample_length
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 
 def test_fixed_lengths_and_unique_prefixes() -> None:

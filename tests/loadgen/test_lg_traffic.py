@@ -11,7 +11,7 @@ from loadgen.dataset import load_dataset
 from loadgen.prompts import WORDS, PromptSource
 from loadgen.tokens import calibrate, local_counter
 from loadgen.trace import load_trace, mean_rate
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 DATASET = Path(__file__).resolve().parents[2] / "datasets" / "chat-longtail.jsonl"
 

@@ -13,7 +13,7 @@ import pytest
 
 from loadgen import tune_plan as plan
 from loadgen.tune import report
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 SWEEP = json.loads(
     (Path(__file__).parent.parent / "fixtures" / "loadgen" / "tune_seqcap_sweep.json").read_text()

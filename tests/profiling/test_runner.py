@@ -12,7 +12,7 @@ import pytest
 
 from monitor.profiling.pyspy import ProfileError, build_profile
 from monitor.profiling.runner import Profiler
-from monitor.window import ThreadLoad
+from monitor.window.stats import ThreadLoad
 
 RAW = "thread (7): EngineCore;detokenize (vllm/v1/engine/detokenizer.py:120) 10\n"
 

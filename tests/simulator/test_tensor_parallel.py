@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from monitor.samples import GpuSample
 from monitor.sources.dcgm_exporter import DcgmExporterSource
+from monitor.sources.samples import GpuSample
 from simulator import Simulator, start_sim
 from simulator.gpu_timeline import Activity
 from simulator.hardware import GPUS, MODELS, KernelModel, gpu_cost, step_work

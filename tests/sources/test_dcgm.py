@@ -7,7 +7,7 @@ import sys
 import pytest
 from fake_dcgm import BLANK, FakeEngine, install
 
-from monitor.errors import SourceUnavailable
+from monitor.core.errors import SourceUnavailable
 from monitor.sources.base import Source
 from monitor.sources.dcgm import DcgmSource
 

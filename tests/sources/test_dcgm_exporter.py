@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.errors import EndpointError
-from monitor.samples import GpuSample, Snapshot
+from monitor.core.errors import EndpointError
 from monitor.sources.base import Reading, Source
 from monitor.sources.dcgm_exporter import DcgmExporterSource, gpu_page_beside, gpus_from_text
-from monitor.window import compute_window
+from monitor.sources.samples import GpuSample, Snapshot
+from monitor.window.full import compute_window
 
 T4 = "dcgm-exporter-metrics-t4-prof-dcgm-issue191.txt"
 MIB = 1024 * 1024

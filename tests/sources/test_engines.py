@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from monitor.samples import EngineSample
 from monitor.sources import metric_names as mn
+from monitor.sources.samples import EngineSample
 from monitor.sources.vllm import VllmSource, engines_from_text
 
 

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from monitor.samples import Snapshot
 from monitor.sources.base import Source
 from monitor.sources.host import HostSource
-from monitor.window import HostWindow, compute_window
+from monitor.sources.samples import Snapshot
+from monitor.window.full import compute_window
+from monitor.window.stats import HostWindow
 
 # A stand-in engine. "serve": listen on a port and start a child that burns CPU
 # (vLLM's API server and its engine-core child); "burn": burn CPU in a thread

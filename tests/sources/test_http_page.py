@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from raw_http import Answer, RawServer, ok
 
-from monitor.errors import EndpointAnsweredError, EndpointError
+from monitor.core.errors import EndpointAnsweredError, EndpointError
 from monitor.sources.http_page import BadResponse, PageClient, build_request
 from monitor.sources.promtext import Scraper
 

@@ -9,12 +9,13 @@ import pynvml
 import pytest
 from fake_nvml import H200_READINGS, MIB, FakeGpu, FakeNvml, t4_gpu, workload_gpu
 
+from monitor.core.errors import ConfigError, SourceUnavailable
 from monitor.diagnosis import diagnose
-from monitor.errors import ConfigError, SourceUnavailable
-from monitor.samples import GpuSample, Snapshot
 from monitor.sources.base import Source
 from monitor.sources.nvml import NvmlSource, throttle_names
-from monitor.window import WindowStats, compute_window
+from monitor.sources.samples import GpuSample, Snapshot
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 
 READINGS = json.loads(H200_READINGS.read_text())["runs"]
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import pytest
 
-from monitor.samples import SourceError
 from monitor.sources.base import Reading
 from monitor.sources.paced import Paced
 from monitor.sources.proc_tree import ProcTree
+from monitor.sources.samples import SourceError
 
 
 class Counting:

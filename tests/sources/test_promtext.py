@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.errors import ConfigError, EndpointError
+from monitor.core.errors import ConfigError, EndpointError
 from monitor.sources.promtext import (
     Scraper,
     display_url,

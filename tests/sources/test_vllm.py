@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.errors import ConfigError, EndpointError
-from monitor.samples import EngineSample, Snapshot
+from monitor.core.errors import ConfigError, EndpointError
 from monitor.sources.base import Reading, Source
 from monitor.sources.metric_names import HISTOGRAMS
+from monitor.sources.samples import EngineSample, Snapshot
 from monitor.sources.vllm import VllmSource, engines_from_text
-from monitor.window import TTFT, compute_window
+from monitor.window.full import compute_window
+from monitor.window.stats import TTFT
 
 UNDER_LOAD = "vllm-0.32.0-cpu-metrics-under-load.txt"
 IDLE = "vllm-0.32.0-cpu-metrics-idle.txt"

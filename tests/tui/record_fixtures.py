@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 from headroom.commands.demo import MAX_WINDOW_S
-from monitor.pipeline import Monitor
-from monitor.recording import read_recording
-from monitor.sampler import Sampler
+from monitor.read.recording import read_recording
+from monitor.read.sampler import Sampler
 from monitor.sources.dcgm_exporter import DcgmExporterSource
 from monitor.sources.host import HostSource
 from monitor.sources.vllm import VllmSource
 from monitor.tui.feeds import LocalFeed
+from monitor.watch.pipeline import Monitor
 from simulator import start_sim
 
 OUT = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"

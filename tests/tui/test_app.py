@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from tui_helpers import record_story
+from http_support import serving_handler
+from tui_helpers import record_story, visible, wait_frames
 from tui_synthetic import snapshots
 
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import SourceError
+from monitor.read.sampler import Sampler
 from monitor.sources.base import Reading
+from monitor.sources.samples import SourceError
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import LocalFeed, RemoteFeed, ReplayFeed
 from monitor.tui.fmt import cause_headline, cause_label
@@ -29,16 +28,10 @@ from monitor.tui.screens import (
     SweepScreen,
 )
 from monitor.tui.widgets import DiagnosisPanel, EnginePanel, GpuPanel
+from monitor.watch.pipeline import Monitor
 
 pytestmark = pytest.mark.anyio
 SWEEP_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps" / "cpu-bound"
-
-
-def visible(app: HeadroomApp) -> str:
-    lines = []
-    for strip in app.screen._compositor.render_strips():  # type: ignore[attr-defined]
-        lines.append("".join(seg.text for seg in strip))
-    return "\n".join(lines)
 
 
 def lead_cause(app: HeadroomApp) -> str:
@@ -138,9 +131,7 @@ async def test_pause_stops_a_replay_and_resume_continues(seq_cap: Path) -> None:
     feed = ReplayFeed(seq_cap, speed=1.0)
     app = HeadroomApp(feed)
     async with app.run_test(size=(100, 30)) as pilot:
-        deadline = time.monotonic() + 20
-        while app.frames_seen < 2 and time.monotonic() < deadline:
-            await pilot.pause(0.1)
+        await wait_frames(app, pilot, 2)
         await pilot.press("p")
         assert app.paused and "PAUSED" in visible(app)
         # Let any frame already in flight land, then check the replay holds still.
@@ -277,12 +268,8 @@ def agent(seq_cap: Path) -> Iterator[tuple[str, type[_Agent]]]:
         report = f.report
     feed.close()
     handler = type("Agent", (_Agent,), {"report": json.loads(json.dumps(_thaw(report)))})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    server.shutdown()
-    server.server_close()
+    with serving_handler(handler) as url:
+        yield url, handler
 
 
 def _thaw(obj: object) -> object:
@@ -470,6 +457,17 @@ async def test_a_view_that_draws_the_same_repaints_nothing(
         assert 1 <= len(regions) <= 3 and all(r.height == 1 for r in regions)  # type: ignore[attr-defined]
 
 
+async def sweep_screen(recording: Path, out: Path, steps: list[dict]) -> str:
+    """The sweep screen (w) once it has read ``steps``, written where the sweep writes them."""
+    (out / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    app = paused_app(recording, sweep_path=out)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("w")
+        await wait_for(pilot, lambda: app.sweep_state is not None and app.sweep_state.steps)
+        await pilot.pause()
+        return visible(app)
+
+
 def _demo_step(i: int, c: int, done: int, **kw: object) -> dict:
     """A step as the demo's sweep writes it on the seq-cap box, its load already queued."""
     none = done == 0
@@ -489,15 +487,9 @@ async def test_the_sweep_screen_on_a_box_saturated_before_it_says_so_and_plots_n
     out = tmp_path / "sw"
     out.mkdir()
     steps = [_demo_step(i, c, 0) for i, c in enumerate([1, 2, 4])] + [_demo_step(3, 64, 3)]
-    (out / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     summary = "the box is already saturated by other traffic: 8 running, 24 waiting"
     (out / "before.json").write_text(json.dumps({"saturated": True, "summary": summary}))
-    app = paused_app(seq_cap, sweep_path=out)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("w")
-        await wait_for(pilot, lambda: app.sweep_state is not None and app.sweep_state.steps)
-        await pilot.pause()
-        text = visible(app)
+    text = await sweep_screen(seq_cap, out, steps)
     assert "warning: the box is already saturated by other traffic: 8 running, 24 waiting" in text
     assert text.index("warning:") < text.index("step    load")
     assert "(no steps yet)" not in text
@@ -521,13 +513,7 @@ async def test_a_load_measured_again_after_a_freeze_is_one_point_in_the_sweep_pl
              _demo_step(2, 8, 63, valid=False, stalled=True, output_tokens_per_s=796.0,
                         invalid_reason="this machine froze 1.1 s during the hold"),
              _demo_step(3, 8, 79, output_tokens_per_s=999.0)]  # fmt: skip
-    (out / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
-    app = paused_app(seq_cap, sweep_path=out)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("w")
-        await wait_for(pilot, lambda: app.sweep_state is not None and app.sweep_state.steps)
-        await pilot.pause()
-        text = visible(app)
+    text = await sweep_screen(seq_cap, out, steps)
     plot = text.split("throughput (output tok/s) vs load")[1].split("latency (e2e p50")[0]
     assert plot.count("*") == 3, plot  # loads 1, 2 and 8
     assert "999" in plot.splitlines()[1], plot  # the top of the plot is the remeasured step

@@ -7,15 +7,16 @@ from __future__ import annotations
 import time
 
 import pytest
+from tui_helpers import open_screen, wait_frames
 
 from monitor.diagnosis import Diagnoser
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import EngineSample, GpuSample
+from monitor.read.sampler import Sampler
 from monitor.sources.base import Reading
+from monitor.sources.samples import EngineSample, GpuSample
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import LocalFeed
 from monitor.tui.screens import EngineDetailScreen, GpuDetailScreen
+from monitor.watch.pipeline import Monitor
 
 pytestmark = pytest.mark.anyio
 
@@ -47,27 +48,14 @@ class EnergySource:
         pass
 
 
-def visible(app: HeadroomApp) -> str:
-    strips = app.screen._compositor.render_strips()  # type: ignore[attr-defined]
-    return "\n".join("".join(seg.text for seg in strip) for strip in strips)
-
-
 async def _screens(source: EnergySource) -> tuple[str, str]:
     sampler = Sampler([source], interval=0.2)
     monitor = Monitor(sampler, Diagnoser(gpu_hour_price=3.6), window_s=2.0)
     app = HeadroomApp(LocalFeed(monitor))
     async with app.run_test(size=(140, 60)) as pilot:
-        deadline = time.monotonic() + 20
-        while app.frames_seen < 8 and time.monotonic() < deadline:
-            await pilot.pause(0.1)
-        await pilot.press("e")
-        assert isinstance(app.screen, EngineDetailScreen)
-        await pilot.pause()
-        engine = visible(app)
-        await pilot.press("escape", "g")
-        assert isinstance(app.screen, GpuDetailScreen)
-        await pilot.pause()
-        return engine, visible(app)
+        await wait_frames(app, pilot, 8)
+        engine = await open_screen(app, pilot, EngineDetailScreen, "e")
+        return engine, await open_screen(app, pilot, GpuDetailScreen, "escape", "g")
 
 
 def _row(text: str, label: str) -> str:

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from http_support import serving_handler
+from tui_helpers import visible, wait_frames
 
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
+from monitor.read.sampler import Sampler
 from monitor.sources.vllm import VllmSource
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import LocalFeed
+from monitor.watch.pipeline import Monitor
 
 pytestmark = pytest.mark.anyio
 ENGINES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
@@ -38,34 +38,19 @@ class _Page(BaseHTTPRequestHandler):
 @contextmanager
 def serving(fixture: str) -> Iterator[str]:
     handler = type("Page", (_Page,), {"page": (ENGINES / fixture).read_bytes()})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_handler(handler) as url:
+        yield url
 
 
 async def screen_of(url: str) -> str:
     sampler = Sampler([VllmSource(url)], interval=0.25)
     app = HeadroomApp(LocalFeed(Monitor(sampler, window_s=2.0)))
     async with app.run_test(size=(110, 40)) as pilot:
-        deadline = time.monotonic() + 20
-        while app.frames_seen < 3 and time.monotonic() < deadline:
-            await pilot.pause(0.1)
+        await wait_frames(app, pilot, 3)
         await pilot.pause()
         text = visible(app)
         await pilot.press("q")
     return text
-
-
-def visible(app: HeadroomApp) -> str:
-    lines = []
-    for strip in app.screen._compositor.render_strips():  # type: ignore[attr-defined]
-        lines.append("".join(seg.text for seg in strip))
-    return "\n".join(lines)
 
 
 async def test_tgi_panel_says_it_exports_no_kv_gauge() -> None:

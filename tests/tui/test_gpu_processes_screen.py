@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from tui_helpers import open_screen, wait_frames
 
-from monitor.pipeline import Monitor
-from monitor.sampler import Sampler
-from monitor.samples import GpuProcess, GpuSample, HostSample, ProcessCpu
+from monitor.read.sampler import Sampler
 from monitor.sources.base import Reading
+from monitor.sources.samples import GpuProcess, GpuSample, HostSample, ProcessCpu
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import LocalFeed
 from monitor.tui.screens import GpuDetailScreen
+from monitor.watch.pipeline import Monitor
 
 pytestmark = pytest.mark.anyio
 GIB = 2**30
@@ -50,22 +49,12 @@ class SharedGpuSource:
         pass
 
 
-def visible(app: HeadroomApp) -> str:
-    strips = app.screen._compositor.render_strips()  # type: ignore[attr-defined]
-    return "\n".join("".join(seg.text for seg in strip) for strip in strips)
-
-
 async def test_the_gpu_screen_lists_who_holds_the_gpu() -> None:
     sampler = Sampler([SharedGpuSource()], interval=0.2)
     app = HeadroomApp(LocalFeed(Monitor(sampler, window_s=1.0)))
     async with app.run_test(size=(120, 60)) as pilot:
-        deadline = time.monotonic() + 20
-        while app.frames_seen < 3 and time.monotonic() < deadline:
-            await pilot.pause(0.1)
-        await pilot.press("g")
-        assert isinstance(app.screen, GpuDetailScreen)
-        await pilot.pause()
-        text = visible(app)
+        await wait_frames(app, pilot, 3)
+        text = await open_screen(app, pilot, GpuDetailScreen, "g")
         assert "processes" in text
         lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.strip()[:1].isdigit()}
         assert "engine" in lines["529"] and "36%" in lines["529"]

@@ -10,14 +10,14 @@ import pytest
 from tui_helpers import record_story
 from tui_synthetic import snapshots
 
-from monitor.errors import ConfigError
-from monitor.recording import (
+from monitor.core.errors import ConfigError
+from monitor.read.recording import (
     Recorder,
     read_recording,
     snapshot_from_dict,
     snapshot_to_dict,
 )
-from monitor.samples import EngineSample, GpuProcess, GpuSample, Snapshot, SourceError
+from monitor.sources.samples import EngineSample, GpuProcess, GpuSample, Snapshot, SourceError
 from monitor.tui.feeds import ReplayFeed
 
 

@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from monitor.pipeline import Monitor
-from monitor.recording import _json_safe, read_recording
-from monitor.sampler import Sampler
+from monitor.read.recording import _json_safe, read_recording
+from monitor.read.sampler import Sampler
 from monitor.sources.dcgm_exporter import DcgmExporterSource
 from monitor.sources.host import HostSource
 from monitor.sources.vllm import VllmSource
 from monitor.tui.feeds import LocalFeed, ReplayFeed
+from monitor.watch.pipeline import Monitor
 from simulator import start_sim
 
 TICKS = 12

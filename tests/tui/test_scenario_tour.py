@@ -114,11 +114,11 @@ def _switch_and_wait(app: HeadroomApp, name: str, timeout: float = 45.0) -> None
 async def test_demo_tours_every_scenario_by_digit_and_by_s(tmp_path: Path) -> None:
     """The real simulator behind the demo's own wiring; each switch waited for, in two orders."""
     from headroom.commands.demo import SimScenarios
-    from monitor.pipeline import Monitor
-    from monitor.sampler import Sampler
+    from monitor.read.sampler import Sampler
     from monitor.sources.dcgm_exporter import DcgmExporterSource
     from monitor.sources.vllm import VllmSource
     from monitor.tui.feeds import LocalFeed
+    from monitor.watch.pipeline import Monitor
     from simulator import SCENARIOS, start_sim
 
     names = list(SCENARIOS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tui_helpers import visible
 
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import ReplayFeed
@@ -13,11 +14,6 @@ from monitor.tui.screens import EngineDetailScreen
 
 pytestmark = pytest.mark.anyio
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "recordings" / "seq-cap.jsonl"
-
-
-def visible(app: HeadroomApp) -> str:
-    strips = app.screen._compositor.render_strips()  # type: ignore[attr-defined]
-    return "\n".join("".join(seg.text for seg in strip) for strip in strips)
 
 
 async def test_the_engine_screen_says_what_raising_the_cap_buys() -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 from tui_synthetic import snapshots
 
-from monitor.pipeline import Monitor
-from monitor.recording import Recorder
-from monitor.sampler import Sampler
+from monitor.read.recording import Recorder
+from monitor.read.sampler import Sampler
+from monitor.watch.pipeline import Monitor
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
 
@@ -28,3 +30,24 @@ def record_story(path: Path, story: str, n: int = 12, **kw: object) -> list[list
     rec.close()
     sampler.close()
     return causes
+
+
+def visible(app: Any) -> str:
+    """What the app's screen shows, as text, line by line."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(seg.text for seg in strip) for strip in strips)
+
+
+async def wait_frames(app: Any, pilot: Any, frames: int, timeout: float = 20.0) -> None:
+    """Until the app has drawn ``frames`` frames from its feed (or ``timeout`` s have passed)."""
+    deadline = time.monotonic() + timeout
+    while app.frames_seen < frames and time.monotonic() < deadline:
+        await pilot.pause(0.1)
+
+
+async def open_screen(app: Any, pilot: Any, screen: type, *keys: str) -> str:
+    """Press ``keys``, check they opened ``screen``, and give what it shows."""
+    await pilot.press(*keys)
+    assert isinstance(app.screen, screen)
+    await pilot.pause()
+    return visible(app)

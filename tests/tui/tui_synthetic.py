@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monitor.samples import (
+from monitor.sources.samples import (
     EngineSample,
     GpuSample,
     Histogram,

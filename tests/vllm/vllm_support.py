@@ -6,20 +6,14 @@ the whole suite, with other directories' conftest.py files, is collected in one 
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import engine_support  # noqa: E402
+from engine_support import ROOT, headroom, load_serve, snapshot  # noqa: E402, F401
 
 # The --max-num-seqs of the shared server; tests state loads in terms of it.
 SEQ_CAP = 4
@@ -27,28 +21,12 @@ SEQ_CAP = 4
 KV_BLOCKS = 10
 
 
-def _load_serve() -> ModuleType:
-    # deploy/vllm-cpu is not a package (the hyphen): load it by path, as a user may.
-    name = "headroom_vllm_serve"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "deploy" / "vllm-cpu" / "serve.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-serve = _load_serve()
+serve = load_serve("vllm-cpu")
 
 
 def skip_or_fail(reason: str) -> None:
-    """Skip where vllm-cpu cannot be installed; under CI fail, unless skipping is allowed."""
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if in_ci and os.environ.get("HEADROOM_ALLOW_VLLM_SKIP") != "1":
-        pytest.fail(f"{reason} (CI=true: set HEADROOM_ALLOW_VLLM_SKIP=1 to skip instead)")
-    pytest.skip(reason)
+    """Skip where vllm-cpu cannot be installed; under CI fail, unless HEADROOM_ALLOW_VLLM_SKIP=1."""
+    engine_support.skip_or_fail(reason, "HEADROOM_ALLOW_VLLM_SKIP")
 
 
 def engine_gauges(url: str) -> dict[str, float]:
@@ -80,28 +58,3 @@ def wait_idle(url: str, timeout: float = 90.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"vLLM at {url} did not drain in {timeout:.0f} s: {g}")
         time.sleep(0.5)
-
-
-def headroom(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-    """Run the headroom CLI as a user would, with this test run's interpreter."""
-    return subprocess.run(
-        [sys.executable, "-m", "headroom", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-
-
-def snapshot(url: str, window: float, *extra: str, interval: float = 0.25) -> dict[str, Any]:
-    """`headroom snapshot --json` against a real server (no NVML: this machine has no GPU).
-
-    Readings every 0.25 s rather than the default 1 s: on this busy 2-core box an odd reading
-    lands between steps, and with only 8 readings one such reading weighs 12%.
-    """
-    proc = headroom(
-        "snapshot", "--vllm", url, "--no-nvml", "--window", str(window),
-        "--interval", str(interval), "--json", *extra,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"snapshot exited {proc.returncode}: {proc.stderr}"
-    return json.loads(proc.stdout)

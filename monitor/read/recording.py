@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from monitor.errors import ConfigError
-from monitor.samples import (
+from monitor.core.errors import ConfigError
+from monitor.sources.samples import (
     EngineSample,
     GpuProcess,
     GpuSample,

@@ -8,7 +8,7 @@ the series, the TUI shows a dash, JSON writes null).
 GPU and host samples carry values *over the tick just ended* (the sources are
 stateful: NVML's driver samples and GPM both need two readings). Engine samples
 carry the server's raw cumulative counters and histogram buckets, so that any
-two samples of a window give rates and quantiles (see ``monitor.window``).
+two samples of a window give rates and quantiles (see ``monitor.window.full``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The watch pipeline: sampler -> window -> diagnosis -> report, shared by every face.
 
 `snapshot`, the agent, the TUI and the sweep all hold one Monitor; each new
-snapshot enters the live window (monitor.window_live: O(1) a tick, whatever the
+snapshot enters the live window (monitor.window.live: O(1) a tick, whatever the
 window's length). Verdicts are judged once a step (every snapshot, or every
 ``diagnose_every_s``): a step is what a cause's hold counts (hysteresis) and what
 listeners hear, taken on the newest reading once those being made are made (a
@@ -24,11 +24,11 @@ from collections.abc import Callable
 from typing import Any
 
 from monitor.diagnosis import Diagnoser, Diagnosis
-from monitor.report import build_report
-from monitor.sampler import Sampler
-from monitor.samples import Snapshot
-from monitor.window import WindowStats
-from monitor.window_live import LiveWindow
+from monitor.read.sampler import Sampler
+from monitor.sources.samples import Snapshot
+from monitor.watch.report import build_report
+from monitor.window.live import LiveWindow
+from monitor.window.stats import WindowStats
 
 
 class Monitor:

@@ -1,7 +1,8 @@
-"""Fixtures for the TUI tests: a fixed clock zone, the anyio backend."""
+"""Fixtures every test folder may use: a fixed clock zone, the anyio backend."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -10,9 +11,7 @@ import pytest
 
 @pytest.fixture
 def utc() -> Iterator[None]:
-    """The status bar prints local clock time: pin the zone so screenshots do not depend on it."""
-    import os
-
+    """Status lines print local clock time: pin the zone so screenshots do not depend on it."""
     old = os.environ.get("TZ")
     os.environ["TZ"] = "UTC"
     time.tzset()

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 # The quantiles a window reads (histogram deltas): an SLO at another is refused.
 _WINDOW_SLOS = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor.window import EngineWindow, GpuWindow
+from monitor.window.stats import EngineWindow, GpuWindow
 
 
 def engine_scope(e: EngineWindow) -> str:

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.samples import GpuProcess
-from monitor.scopes import engine_scope
-from monitor.window import GpuWindow, WindowStats
+from monitor.sources.samples import GpuProcess
+from monitor.window.scopes import engine_scope
+from monitor.window.stats import GpuWindow, WindowStats
 
 OTHER = "other"
 ENGINE = "engine"

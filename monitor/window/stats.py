@@ -1,4 +1,11 @@
-"""Aggregates over a sliding window of snapshots.
+"""What a window says, and the one builder of it.
+
+A window of snapshots is kept two ways: recomputed from its snapshots (``monitor.window.full``)
+or kept up to date as snapshots enter and leave it (``monitor.window.live``). Each hands the
+builders here what it holds of a GPU, an engine or the host (``GpuReadings``,
+``EngineReadings``, ``HostReadings``: means, extremes, series, counter increases, histogram
+deltas); the builders make the ``GpuWindow``, ``EngineWindow``, ``HostWindow`` and
+``WindowStats`` both ways give, so the two cannot drift apart in what a figure means.
 
 GPU and host figures are means over the window. Engine counters become rates
 (a decrease between two samples is a server restart: the new value is the
@@ -9,12 +16,12 @@ bucket deltas over the window, from which means and quantiles follow.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol
 
-from monitor.samples import (
+from monitor.sources.samples import (
     EngineSample,
     GpuProcess,
     GpuSample,
@@ -34,21 +41,6 @@ PREFILL = "request_prefill_time_seconds"
 DECODE = "request_decode_time_seconds"
 ITERATION_TOKENS = "iteration_tokens_total"
 REQUEST_PREEMPTIONS = "request_num_preemptions"
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
-
-
-def _max(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return max(present) if present else None
-
-
-def _min(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
 
 
 def counter_increase(values: Sequence[float | None]) -> float | None:
@@ -224,57 +216,6 @@ def pcie_peak_bytes_per_s(gen: int | None, width: int | None) -> float | None:
     return _PCIE_LANE_BYTES[gen] * width
 
 
-_GPU_MEANS = (
-    "util", "mem_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
-    "fp16_active", "fp32_active", "power_watts", "sm_clock_hz", "temperature_c",
-    "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
-    "nvlink_rx_bytes_per_s", "driver_util",
-)  # fmt: skip
-
-
-def gpu_window_of(last: GpuSample, **figures: Any) -> GpuWindow:
-    """A GPU's window: what its newest reading says, plus ``figures`` over the window
-    (samples, util_max, throttle_reasons, processes and the means). One builder for
-    both ways of computing a window (here, and monitor.window_live's running sums)."""
-    return GpuWindow(
-        index=last.index,
-        uuid=last.uuid,
-        name=last.name,
-        source=last.source,
-        power_limit_watts=last.power_limit_watts,
-        sm_clock_max_hz=last.sm_clock_max_hz,
-        memory_used_bytes=last.memory_used_bytes,
-        memory_total_bytes=last.memory_total_bytes,
-        mig_parent=last.mig_parent,
-        mig_instance=last.mig_instance,
-        labels=last.labels,
-        pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
-        pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
-        energy_source=last.energy_source,
-        energy_joules_total=last.energy_joules,
-        **figures,
-    )
-
-
-def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
-    means = {name: _mean(getattr(s, name) for s in samples) for name in _GPU_MEANS}
-    reasons: set[str] = set()
-    any_reasons = False
-    for s in samples:
-        if s.throttle_reasons is not None:
-            any_reasons = True
-            reasons.update(s.throttle_reasons)
-    return gpu_window_of(
-        samples[-1],
-        util_max=_max(s.util for s in samples),
-        throttle_reasons=tuple(sorted(reasons)) if any_reasons else None,
-        samples=len(samples),
-        processes=next((s.processes for s in reversed(samples) if s.processes is not None), None),
-        energy_joules=counter_increase([s.energy_joules for s in samples]),
-        **means,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class EngineWindow:
     url: str
@@ -346,18 +287,8 @@ class EngineWindow:
         return self.running_mean + (self.waiting_mean or 0.0)
 
 
-def _prefix_hit_rate(samples: Sequence[EngineSample]) -> float | None:
-    """Hits over lookups in the window from the counters (None when nothing was looked up),
-    else the mean of the engine's own hit-rate gauge (SGLang, trtllm-serve)."""
-    hits = counter_increase([s.prefix_cache_hits_total for s in samples])
-    queries = counter_increase([s.prefix_cache_queries_total for s in samples])
-    if hits is not None and queries is not None:
-        return min(1.0, max(0.0, hits / queries)) if queries else None
-    return _mean(s.prefix_cache_hit_rate for s in samples)
-
-
 # EngineWindow's rates: the counter (an EngineSample field) each is the increase of.
-_RATES = {
+RATES = {
     "preemptions_per_s": "preemptions_total",
     "prompt_tokens_per_s": "prompt_tokens_total",
     "generation_tokens_per_s": "generation_tokens_total",
@@ -367,92 +298,6 @@ _RATES = {
     "read_bytes_per_s": "estimated_read_bytes_total",
     "write_bytes_per_s": "estimated_write_bytes_total",
 }
-
-
-def engine_window_of(
-    last: EngineSample,
-    elapsed: float,
-    increase: Callable[[str], float | None],
-    deltas: Mapping[str, Histogram],
-    **figures: Any,
-) -> EngineWindow:
-    """An engine's window from its newest reading, each counter's ``increase`` over the
-    window, the histograms' deltas, and ``figures`` (samples, the gauges' means, extremes
-    and series, the prefix hit rate, the reported cap). One builder for both ways of
-    computing a window (here, and monitor.window_live's running sums)."""
-
-    def rate(counter: str) -> float | None:
-        inc = increase(counter)
-        if inc is None or elapsed <= 0:
-            return None
-        return inc / elapsed
-
-    return EngineWindow(
-        url=last.url,
-        model_name=last.model_name,
-        engine=last.engine,
-        flavour=last.flavour,
-        elapsed_s=elapsed,
-        **{name: rate(counter) for name, counter in _RATES.items()},
-        ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
-        ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
-        ttft_mean_s=histogram_mean(deltas.get(TTFT)),
-        itl_p50_s=histogram_quantile(0.5, deltas.get(ITL)),
-        itl_p95_s=histogram_quantile(0.95, deltas.get(ITL)),
-        tpot_mean_s=histogram_mean(deltas.get(TPOT)),
-        e2e_mean_s=histogram_mean(deltas.get(E2E)),
-        e2e_p50_s=histogram_quantile(0.5, deltas.get(E2E)),
-        e2e_p95_s=histogram_quantile(0.95, deltas.get(E2E)),
-        queue_mean_s=histogram_mean(deltas.get(QUEUE)),
-        prefill_mean_s=histogram_mean(deltas.get(PREFILL)),
-        decode_mean_s=histogram_mean(deltas.get(DECODE)),
-        iteration_tokens_mean=histogram_mean(deltas.get(ITERATION_TOKENS)),
-        histograms=tuple(sorted(deltas.items())),
-        flavour_version=last.flavour_version,
-        missing=last.missing,
-        cache_config=last.cache_config,
-        reported_max_num_seqs=_int_or_none(last.reported_max_num_seqs),
-        reported_max_num_batched_tokens=_int_or_none(last.reported_max_num_batched_tokens),
-        reported_caps_origin=last.reported_caps_origin,
-        **figures,
-    )
-
-
-def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
-    last = samples[-1]
-    elapsed = times[-1] - times[0] if len(times) >= 2 else 0.0
-    names = [k for k, _ in last.histograms]
-    deltas = {n: histogram_delta([s.histogram(n) for s in samples]) for n in names}
-    running = [s.running for s in samples]
-    waiting = [s.waiting for s in samples]
-    return engine_window_of(
-        last,
-        elapsed,
-        lambda name: counter_increase([getattr(s, name) for s in samples]),
-        {n: h for n, h in deltas.items() if h is not None},
-        samples=len(samples),
-        running_mean=_mean(running),
-        running_max=_max(running),
-        running_min=_min(running),
-        waiting_mean=_mean(waiting),
-        waiting_max=_max(waiting),
-        waiting_first=next((w for w in waiting if w is not None), None),
-        waiting_last=next((w for w in reversed(waiting) if w is not None), None),
-        waiting_capacity_mean=_mean(s.waiting_capacity for s in samples),
-        waiting_deferred_mean=_mean(s.waiting_deferred for s in samples),
-        kv_cache_usage_mean=_mean(s.kv_cache_usage for s in samples),
-        kv_cache_usage_max=_max(s.kv_cache_usage for s in samples),
-        prefix_cache_hit_rate=_prefix_hit_rate(samples),
-        running_series=tuple(v for v in running if v is not None),
-        waiting_series=tuple(v for v in waiting if v is not None),
-        seq_cap_reported=next(
-            (s.seq_cap_reported for s in reversed(samples) if s.seq_cap_reported), None
-        ),
-    )
-
-
-def _int_or_none(v: float | None) -> int | None:
-    return None if v is None else int(v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,9 +320,195 @@ class HostWindow:
     pids: tuple[int, ...]
 
 
-def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWindow:
-    first, last = samples[0], samples[-1]
-    elapsed = times[-1] - times[0] if len(times) >= 2 else 0.0
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    start: float  # monotonic
+    end: float
+    wall_end: float
+    samples: int
+    gpus: tuple[GpuWindow, ...]
+    engines: tuple[EngineWindow, ...]
+    host: HostWindow | None
+    errors: tuple[SourceError, ...]  # those of the latest tick
+    load: tuple[tuple[str, float], ...]  # means of the load generator's figures
+    # The engine thread's latest Python profile (monitor.profiling.stacks.CpuProfile), set
+    # by whoever took it (snapshot --profile, the auto-profiler); never computed here.
+    cpu_profile: Any = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+GpuKey = tuple[str, str, int]
+EngineKey = tuple[str, str, str]
+
+
+def gpu_key(g: GpuSample) -> GpuKey:
+    return (g.source, g.uuid, g.index)
+
+
+def engine_key(e: EngineSample) -> EngineKey:
+    return (e.url, e.model_name, e.engine)
+
+
+GPU_MEANS = (
+    "util", "mem_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+    "fp16_active", "fp32_active", "power_watts", "sm_clock_hz", "temperature_c",
+    "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
+    "nvlink_rx_bytes_per_s", "driver_util",
+)  # fmt: skip
+ENGINE_MEANS = (
+    "running", "waiting", "waiting_capacity", "waiting_deferred", "kv_cache_usage",
+    "prefix_cache_hit_rate",
+)  # fmt: skip
+# The counters an engine's window takes the increase of: the rates', and the prefix
+# cache's hits over lookups.
+ENGINE_COUNTERS = (*RATES.values(), "prefix_cache_hits_total", "prefix_cache_queries_total")
+
+
+class GpuReadings(Protocol):
+    """What a window holds of one GPU, however it keeps it."""
+
+    def last(self) -> GpuSample: ...
+    def count(self) -> int: ...
+    def mean(self, field: str) -> float | None: ...  # a GPU_MEANS field
+    def util_max(self) -> float | None: ...
+    # Every reason any reading gave, sorted (None: no reading said).
+    def throttle_reasons(self) -> tuple[str, ...] | None: ...
+    def processes(self) -> tuple[GpuProcess, ...] | None: ...  # the latest list read
+    def energy_increase(self) -> float | None: ...
+
+
+class EngineReadings(Protocol):
+    """What a window holds of one engine, however it keeps it."""
+
+    def last(self) -> EngineSample: ...
+    def count(self) -> int: ...
+    def elapsed(self) -> float: ...  # from its first reading to its last
+    def mean(self, field: str) -> float | None: ...  # an ENGINE_MEANS field
+    def extreme(self, field: str, most: bool) -> float | None: ...  # running, waiting, kv
+    def series(self, field: str) -> tuple[float, ...]: ...  # running or waiting, present
+    def increase(self, counter: str) -> float | None: ...  # an ENGINE_COUNTERS counter
+    # The histograms' deltas over the window, those of the newest reading's names.
+    def deltas(self) -> Mapping[str, Histogram]: ...
+    def seq_cap(self) -> float | None: ...  # the newest cap the engine reported
+
+
+class HostReadings(Protocol):
+    """What a window holds of the host: its first and last readings, and the frequency."""
+
+    def first(self) -> HostSample: ...
+    def last(self) -> HostSample: ...
+    def elapsed(self) -> float: ...
+    def freq_mean(self) -> float | None: ...
+
+
+def gpu_stats(r: GpuReadings) -> GpuWindow:
+    """A GPU's window: what its newest reading says, and its figures over the window."""
+    last = r.last()
+    return GpuWindow(
+        index=last.index,
+        uuid=last.uuid,
+        name=last.name,
+        source=last.source,
+        power_limit_watts=last.power_limit_watts,
+        sm_clock_max_hz=last.sm_clock_max_hz,
+        memory_used_bytes=last.memory_used_bytes,
+        memory_total_bytes=last.memory_total_bytes,
+        mig_parent=last.mig_parent,
+        mig_instance=last.mig_instance,
+        labels=last.labels,
+        pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
+        pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
+        energy_source=last.energy_source,
+        energy_joules_total=last.energy_joules,
+        util_max=r.util_max(),
+        throttle_reasons=r.throttle_reasons(),
+        samples=r.count(),
+        processes=r.processes(),
+        energy_joules=r.energy_increase(),
+        **{name: r.mean(name) for name in GPU_MEANS},
+    )
+
+
+def engine_stats(r: EngineReadings) -> EngineWindow:
+    """An engine's window: its newest reading, rates from its counters' increases,
+    latencies from its histograms' deltas, and its gauges' means, extremes and series."""
+    last = r.last()
+    elapsed = r.elapsed()
+    deltas = r.deltas()
+
+    def rate(counter: str) -> float | None:
+        inc = r.increase(counter)
+        if inc is None or elapsed <= 0:
+            return None
+        return inc / elapsed
+
+    # Hits over lookups from the counters (None when nothing was looked up), else the mean
+    # of the engine's own hit-rate gauge (SGLang, trtllm-serve).
+    hits = r.increase("prefix_cache_hits_total")
+    queries = r.increase("prefix_cache_queries_total")
+    if hits is not None and queries is not None:
+        hit_rate = min(1.0, max(0.0, hits / queries)) if queries else None
+    else:
+        hit_rate = r.mean("prefix_cache_hit_rate")
+    waiting = r.series("waiting")
+    return EngineWindow(
+        url=last.url,
+        model_name=last.model_name,
+        engine=last.engine,
+        flavour=last.flavour,
+        elapsed_s=elapsed,
+        samples=r.count(),
+        running_mean=r.mean("running"),
+        running_max=r.extreme("running", most=True),
+        running_min=r.extreme("running", most=False),
+        waiting_mean=r.mean("waiting"),
+        waiting_max=r.extreme("waiting", most=True),
+        waiting_first=waiting[0] if waiting else None,
+        waiting_last=waiting[-1] if waiting else None,
+        waiting_capacity_mean=r.mean("waiting_capacity"),
+        waiting_deferred_mean=r.mean("waiting_deferred"),
+        kv_cache_usage_mean=r.mean("kv_cache_usage"),
+        kv_cache_usage_max=r.extreme("kv_cache_usage", most=True),
+        **{name: rate(counter) for name, counter in RATES.items()},
+        prefix_cache_hit_rate=hit_rate,
+        ttft_p50_s=histogram_quantile(0.5, deltas.get(TTFT)),
+        ttft_p95_s=histogram_quantile(0.95, deltas.get(TTFT)),
+        ttft_mean_s=histogram_mean(deltas.get(TTFT)),
+        itl_p50_s=histogram_quantile(0.5, deltas.get(ITL)),
+        itl_p95_s=histogram_quantile(0.95, deltas.get(ITL)),
+        tpot_mean_s=histogram_mean(deltas.get(TPOT)),
+        e2e_mean_s=histogram_mean(deltas.get(E2E)),
+        e2e_p50_s=histogram_quantile(0.5, deltas.get(E2E)),
+        e2e_p95_s=histogram_quantile(0.95, deltas.get(E2E)),
+        queue_mean_s=histogram_mean(deltas.get(QUEUE)),
+        prefill_mean_s=histogram_mean(deltas.get(PREFILL)),
+        decode_mean_s=histogram_mean(deltas.get(DECODE)),
+        iteration_tokens_mean=histogram_mean(deltas.get(ITERATION_TOKENS)),
+        running_series=r.series("running"),
+        waiting_series=waiting,
+        histograms=tuple(sorted(deltas.items())),
+        cache_config=last.cache_config,
+        reported_max_num_seqs=_int_or_none(last.reported_max_num_seqs),
+        reported_max_num_batched_tokens=_int_or_none(last.reported_max_num_batched_tokens),
+        reported_caps_origin=last.reported_caps_origin,
+        flavour_version=last.flavour_version,
+        missing=last.missing,
+        seq_cap_reported=r.seq_cap(),
+    )
+
+
+def _int_or_none(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def host_stats(r: HostReadings) -> HostWindow:
+    """The host's window: CPU shares and the engine's cores from the first and last
+    readings, the frequency's mean over the window."""
+    first, last = r.first(), r.last()
+    elapsed = r.elapsed()
     busy = steal = None
     total = last.cpu_total_seconds - first.cpu_total_seconds
     if total > 0:
@@ -507,7 +538,7 @@ def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWi
         cpu_count=last.cpu_count,
         cpu_busy_ratio=busy,
         cpu_steal_ratio=steal,
-        cpu_freq_mhz=_mean(s.cpu_freq_mhz for s in samples),
+        cpu_freq_mhz=r.freq_mean(),
         cpu_freq_max_mhz=last.cpu_freq_max_mhz,
         engine_cpu_cores=engine_cores,
         busiest_thread=busiest,
@@ -515,77 +546,32 @@ def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWi
     )
 
 
-@dataclass(frozen=True, slots=True)
-class WindowStats:
-    start: float  # monotonic
-    end: float
-    wall_end: float
-    samples: int
-    gpus: tuple[GpuWindow, ...]
-    engines: tuple[EngineWindow, ...]
-    host: HostWindow | None
-    errors: tuple[SourceError, ...]  # those of the latest tick
-    load: tuple[tuple[str, float], ...]  # means of the load generator's figures
-    # The engine thread's latest Python profile (monitor.profiling.stacks.CpuProfile), set
-    # by whoever took it (snapshot --profile, the auto-profiler); never computed here.
-    cpu_profile: Any = None
-
-    @property
-    def duration_s(self) -> float:
-        return self.end - self.start
+def empty_stats(t: float = 0.0) -> WindowStats:
+    return WindowStats(t, t, 0.0, 0, (), (), None, (), ())
 
 
-def _gpu_key(g: GpuSample) -> tuple[str, str, int]:
-    return (g.source, g.uuid, g.index)
-
-
-def _engine_key(e: EngineSample) -> tuple[str, str, str]:
-    return (e.url, e.model_name, e.engine)
-
-
-def compute_window(
-    snapshots: Sequence[Snapshot], start: float | None = None, end: float | None = None
+def window_stats(
+    first: Snapshot,
+    last: Snapshot,
+    count: int,
+    gpus: Mapping[GpuKey, GpuReadings],
+    engines: Iterable[EngineReadings],
+    host: HostReadings | None,
+    load: Iterable[tuple[str, float]],
 ) -> WindowStats:
-    """Aggregate the snapshots whose monotonic time lies in [start, end]."""
-    snaps = [
-        s for s in snapshots if (start is None or s.t >= start) and (end is None or s.t <= end)
-    ]
-    if not snaps:
-        t = end if end is not None else 0.0
-        return WindowStats(t, t, 0.0, 0, (), (), None, (), ())
-    gpu_groups: dict[tuple[str, str, int], list[GpuSample]] = {}
-    engine_groups: dict[tuple[str, str, str], tuple[list[EngineSample], list[float]]] = {}
-    host_samples: list[HostSample] = []
-    host_times: list[float] = []
-    load_acc: dict[str, list[float]] = {}
-    for snap in snaps:
-        for g in snap.gpus:
-            gpu_groups.setdefault(_gpu_key(g), []).append(g)
-        for e in snap.engines:
-            samples, times = engine_groups.setdefault(_engine_key(e), ([], []))
-            samples.append(e)
-            times.append(snap.t)
-        if snap.host is not None:
-            host_samples.append(snap.host)
-            host_times.append(snap.t)
-        for k, v in snap.load:
-            load_acc.setdefault(k, []).append(v)
-    gpus = tuple(
-        gpu_window(v) for _, v in sorted(gpu_groups.items(), key=lambda kv: (kv[0][2], kv[0][1]))
-    )
-    engines = tuple(engine_window(s, t) for s, t in engine_groups.values())
-    host = host_window(host_samples, host_times) if host_samples else None
-    load = tuple((k, sum(v) / len(v)) for k, v in load_acc.items())
+    """The window from its first and last snapshots, what it holds of each GPU (listed by
+    index, then uuid), each engine (in the order given: as each first appears) and the
+    host, and the load generator's means."""
     return WindowStats(
-        start=snaps[0].t,
-        end=snaps[-1].t,
-        wall_end=snaps[-1].wall,
-        samples=len(snaps),
-        gpus=gpus,
-        engines=engines,
-        host=host,
-        errors=snaps[-1].errors,
-        load=load,
+        start=first.t,
+        end=last.t,
+        wall_end=last.wall,
+        samples=count,
+        gpus=tuple(gpu_stats(gpus[k]) for k in sorted(gpus, key=lambda k: (k[2], k[1]))),
+        engines=tuple(engine_stats(e) for e in engines),
+        host=host_stats(host) if host is not None else None,
+        errors=last.errors,
+        load=tuple(load),
     )
 
 

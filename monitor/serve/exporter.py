@@ -24,13 +24,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from monitor.diagnosis.energy import window_energy
+from monitor.diagnosis.gpu_sharing import sharing
 from monitor.diagnosis.verdict import CAUSES, Verdict
-from monitor.energy import window_energy
-from monitor.gpu_sharing import sharing
-from monitor.report import engine_scope, gpu_scope
-from monitor.samples import Snapshot
-from monitor.scopes import gpu_label
-from monitor.window import GpuWindow, WindowStats
+from monitor.sources.samples import Snapshot
+from monitor.window.scopes import engine_scope, gpu_label, gpu_scope
+from monitor.window.stats import GpuWindow, WindowStats
 
 GPU_LABELS = ("gpu", "uuid", "model", "source")
 # Per container, not per PID: PIDs change on every restart and would churn series.
@@ -126,7 +125,7 @@ ANALYSIS_GAUGES: tuple[tuple[tuple[str, ...], str, float, str], ...] = (
     (("roofline", "bandwidth_share"), "headroom_engine_roofline_bandwidth_ratio", 1.0, "Achieved over peak memory bandwidth."),
 )  # fmt: skip
 
-# The box's energy over the window against every engine's tokens (monitor.energy.Energy):
+# The box's energy over the window against every engine's tokens (monitor.diagnosis.energy.Energy):
 # (metric name, Energy attribute, help). Absent without a GPU energy or power reading.
 ENERGY_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("headroom_engine_energy_per_token_joules", "joules_per_token", "GPU energy per generated token over the window (the box's GPUs over every engine's tokens)."),
@@ -151,7 +150,7 @@ TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class MonitorView(Protocol):
-    """What the collectors read: ``monitor.pipeline.Monitor`` provides both."""
+    """What the collectors read: ``monitor.watch.pipeline.Monitor`` provides both."""
 
     def window(self) -> WindowStats | None: ...
 

@@ -23,9 +23,9 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from monitor.errors import ConfigError
-from monitor.scopes import gpu_scope
-from monitor.window import EngineWindow, GpuWindow, WindowStats
+from monitor.core.errors import ConfigError
+from monitor.window.scopes import gpu_scope
+from monitor.window.stats import EngineWindow, GpuWindow, WindowStats
 
 PRICE_ENV = "HEADROOM_GPU_HOUR_PRICE"
 

@@ -17,29 +17,34 @@ pairing of counter readings and whether a histogram restarted.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
 from operator import add
-from typing import Any
+from typing import Any, TypeVar
 
-from monitor.samples import EngineSample, GpuSample, Histogram, HostSample, Snapshot
-from monitor.window import (
-    _GPU_MEANS,
-    EngineWindow,
-    GpuWindow,
-    HostWindow,
+from monitor.sources.samples import (
+    EngineSample,
+    GpuProcess,
+    GpuSample,
+    Histogram,
+    HostSample,
+    Snapshot,
+)
+from monitor.window.stats import (
+    ENGINE_COUNTERS,
+    ENGINE_MEANS,
+    GPU_MEANS,
+    EngineKey,
+    GpuKey,
     WindowStats,
-    _engine_key,
-    _gpu_key,
     bucket_bounds,
-    compute_window,
-    engine_window_of,
-    gpu_window_of,
+    empty_stats,
+    engine_key,
+    gpu_key,
     histogram_delta,
-    host_window,
     run_delta,
+    window_stats,
 )
 
 
@@ -256,8 +261,8 @@ class _Group:
 
 class _GpuGroup(_Group):
     def reset(self) -> None:
-        self.means = {name: _Sum() for name in _GPU_MEANS}
-        self.util_max = _Extreme(_gt)
+        self.means = {name: _Sum() for name in GPU_MEANS}
+        self.util_max_ = _Extreme(_gt)
         self.reasons: Counter[str] = Counter()
         self.with_reasons = 0
         self.energy = _CounterIncrease()
@@ -265,7 +270,7 @@ class _GpuGroup(_Group):
     def accumulate(self, seq: int, t: float, g: GpuSample) -> None:
         for name, acc in self.means.items():
             acc.add(seq, getattr(g, name))
-        self.util_max.add(seq, g.util)
+        self.util_max_.add(seq, g.util)
         self.energy.add(seq, g.energy_joules)
         if g.throttle_reasons is not None:
             self.with_reasons += 1
@@ -274,63 +279,65 @@ class _GpuGroup(_Group):
     def drop(self, seq: int, g: GpuSample) -> None:
         for acc in self.means.values():
             acc.evict(seq)
-        self.util_max.evict(seq)
+        self.util_max_.evict(seq)
         self.energy.evict(seq)
         if g.throttle_reasons is not None:
             self.with_reasons -= 1
             self.reasons.subtract(set(g.throttle_reasons))
             self.reasons += Counter()  # drop the reasons that no reading holds any more
 
-    def stats(self) -> GpuWindow:
-        return gpu_window_of(
-            self.entries[-1][2],
-            util_max=self.util_max.value(),
-            throttle_reasons=tuple(sorted(self.reasons)) if self.with_reasons else None,
-            # Read every few seconds, not every tick: the latest list still in the window.
-            processes=next(
-                (e[2].processes for e in reversed(self.entries) if e[2].processes is not None),
-                None,
-            ),
-            samples=len(self.entries),
-            energy_joules=self.energy.value(),
-            **{name: acc.mean() for name, acc in self.means.items()},
+    # GpuReadings, for monitor.window.stats.gpu_stats
+    def last(self) -> GpuSample:
+        return self.entries[-1][2]
+
+    def count(self) -> int:
+        return len(self.entries)
+
+    def mean(self, field: str) -> float | None:
+        return self.means[field].mean()
+
+    def util_max(self) -> float | None:
+        return self.util_max_.value()
+
+    def throttle_reasons(self) -> tuple[str, ...] | None:
+        return tuple(sorted(self.reasons)) if self.with_reasons else None
+
+    def processes(self) -> tuple[GpuProcess, ...] | None:
+        # Read every few seconds, not every tick: the latest list still in the window.
+        return next(
+            (e[2].processes for e in reversed(self.entries) if e[2].processes is not None), None
         )
 
+    def energy_increase(self) -> float | None:
+        return self.energy.value()
 
-_ENGINE_MEANS = (
-    "running", "waiting", "waiting_capacity", "waiting_deferred", "kv_cache_usage",
-    "prefix_cache_hit_rate",
-)  # fmt: skip
-_ENGINE_COUNTERS = (
-    "preemptions_total", "prompt_tokens_total", "generation_tokens_total",
-    "request_success_total", "admission_rejections_total", "estimated_flops_total",
-    "estimated_read_bytes_total", "estimated_write_bytes_total", "prefix_cache_hits_total",
-    "prefix_cache_queries_total",
-)  # fmt: skip
+
+# The engine's gauges whose extremes its window gives: (field, most) -> better(new, old).
+_ENGINE_EXTREMES: dict[tuple[str, bool], Callable[[float, float], bool]] = {
+    ("running", True): _gt,
+    ("running", False): _lt,
+    ("waiting", True): _gt,
+    ("kv_cache_usage", True): _gt,
+}
+_ENGINE_SERIES = ("running", "waiting")
 
 
 class _EngineGroup(_Group):
     def reset(self) -> None:
-        self.means = {name: _Sum() for name in _ENGINE_MEANS}
-        self.running_max = _Extreme(_gt)
-        self.running_min = _Extreme(_lt)
-        self.waiting_max = _Extreme(_gt)
-        self.kv_max = _Extreme(_gt)
-        self.running = _Series()
-        self.waiting = _Series()
-        self.counters = {name: _CounterIncrease() for name in _ENGINE_COUNTERS}
+        self.means = {name: _Sum() for name in ENGINE_MEANS}
+        self.extremes = {key: _Extreme(better) for key, better in _ENGINE_EXTREMES.items()}
+        self.series_ = {name: _Series() for name in _ENGINE_SERIES}
+        self.counters = {name: _CounterIncrease() for name in ENGINE_COUNTERS}
         self.hists: dict[str, _HistogramDelta] = {}
-        self.seq_cap: tuple[int, float] | None = None
+        self.seq_cap_: tuple[int, float] | None = None
 
     def accumulate(self, seq: int, t: float, e: EngineSample) -> None:
         for name, acc in self.means.items():
             acc.add(seq, getattr(e, name))
-        self.running_max.add(seq, e.running)
-        self.running_min.add(seq, e.running)
-        self.waiting_max.add(seq, e.waiting)
-        self.kv_max.add(seq, e.kv_cache_usage)
-        self.running.add(seq, e.running)
-        self.waiting.add(seq, e.waiting)
+        for (name, _), ext in self.extremes.items():
+            ext.add(seq, getattr(e, name))
+        for name, ser in self.series_.items():
+            ser.add(seq, getattr(e, name))
         for name, ctr in self.counters.items():
             ctr.add(seq, getattr(e, name))
         for name, h in e.histograms:
@@ -339,15 +346,15 @@ class _EngineGroup(_Group):
                 delta = self.hists[name] = _HistogramDelta()
             delta.add(seq, h)
         if e.seq_cap_reported:
-            self.seq_cap = (seq, e.seq_cap_reported)
+            self.seq_cap_ = (seq, e.seq_cap_reported)
 
     def drop(self, seq: int, e: EngineSample) -> None:
         for acc in self.means.values():
             acc.evict(seq)
-        for ext in (self.running_max, self.running_min, self.waiting_max, self.kv_max):
+        for ext in self.extremes.values():
             ext.evict(seq)
-        self.running.evict(seq)
-        self.waiting.evict(seq)
+        for ser in self.series_.values():
+            ser.evict(seq)
         for ctr in self.counters.values():
             ctr.evict(seq)
         for name, _ in e.histograms:
@@ -356,50 +363,43 @@ class _EngineGroup(_Group):
                 delta.evict(seq)
                 if not delta.items:
                     del self.hists[name]
-        if self.seq_cap is not None and self.seq_cap[0] == seq:
-            self.seq_cap = None  # the newest reported cap has left: none is left after it
+        if self.seq_cap_ is not None and self.seq_cap_[0] == seq:
+            self.seq_cap_ = None  # the newest reported cap has left: none is left after it
 
-    def stats(self) -> EngineWindow:
+    # EngineReadings, for monitor.window.stats.engine_stats
+    def last(self) -> EngineSample:
+        return self.entries[-1][2]
+
+    def count(self) -> int:
+        return len(self.entries)
+
+    def elapsed(self) -> float:
         entries = self.entries
-        last: EngineSample = entries[-1][2]
-        elapsed = entries[-1][1] - entries[0][1] if len(entries) >= 2 else 0.0
-        deltas: dict[str, Histogram] = {}
-        for name, _ in last.histograms:
+        return entries[-1][1] - entries[0][1] if len(entries) >= 2 else 0.0
+
+    def mean(self, field: str) -> float | None:
+        return self.means[field].mean()
+
+    def extreme(self, field: str, most: bool) -> float | None:
+        return self.extremes[field, most].value()
+
+    def series(self, field: str) -> tuple[float, ...]:
+        return tuple(v for _, v in self.series_[field].items)
+
+    def increase(self, counter: str) -> float | None:
+        return self.counters[counter].value()
+
+    def deltas(self) -> Mapping[str, Histogram]:
+        out: dict[str, Histogram] = {}
+        for name, _ in self.last().histograms:
             acc = self.hists.get(name)
             h = acc.value() if acc is not None else None
             if h is not None:
-                deltas[name] = h
-        hits = self.counters["prefix_cache_hits_total"].value()
-        queries = self.counters["prefix_cache_queries_total"].value()
-        if hits is not None and queries is not None:
-            hit_rate = min(1.0, max(0.0, hits / queries)) if queries else None
-        else:
-            hit_rate = self.means["prefix_cache_hit_rate"].mean()
-        m = self.means
-        running = self.running.items
-        waiting = self.waiting.items
-        return engine_window_of(
-            last,
-            elapsed,
-            lambda name: self.counters[name].value(),
-            deltas,
-            samples=len(entries),
-            running_mean=m["running"].mean(),
-            running_max=self.running_max.value(),
-            running_min=self.running_min.value(),
-            waiting_mean=m["waiting"].mean(),
-            waiting_max=self.waiting_max.value(),
-            waiting_first=waiting[0][1] if waiting else None,
-            waiting_last=waiting[-1][1] if waiting else None,
-            waiting_capacity_mean=m["waiting_capacity"].mean(),
-            waiting_deferred_mean=m["waiting_deferred"].mean(),
-            kv_cache_usage_mean=m["kv_cache_usage"].mean(),
-            kv_cache_usage_max=self.kv_max.value(),
-            prefix_cache_hit_rate=hit_rate,
-            running_series=tuple(v for _, v in running),
-            waiting_series=tuple(v for _, v in waiting),
-            seq_cap_reported=self.seq_cap[1] if self.seq_cap is not None else None,
-        )
+                out[name] = h
+        return out
+
+    def seq_cap(self) -> float | None:
+        return self.seq_cap_[1] if self.seq_cap_ is not None else None
 
 
 class _HostGroup(_Group):
@@ -412,13 +412,38 @@ class _HostGroup(_Group):
     def drop(self, seq: int, h: HostSample) -> None:
         self.freq.evict(seq)
 
-    def stats(self) -> HostWindow:
-        (_, t0, first, _), (_, t1, last, _) = self.entries[0], self.entries[-1]
-        if len(self.entries) == 1:
-            return host_window([last], [t1])
-        # Everything but the frequency's mean comes from the first and last readings.
-        window = host_window([first, last], [t0, t1])
-        return dataclasses.replace(window, cpu_freq_mhz=self.freq.mean())
+    # HostReadings, for monitor.window.stats.host_stats: everything but the frequency's
+    # mean comes from the first and last readings.
+    def first(self) -> HostSample:
+        return self.entries[0][2]
+
+    def last(self) -> HostSample:
+        return self.entries[-1][2]
+
+    def elapsed(self) -> float:
+        return self.entries[-1][1] - self.entries[0][1]
+
+    def freq_mean(self) -> float | None:
+        return self.freq.mean()
+
+
+_G = TypeVar("_G", bound=_Group)
+
+
+def _enter(groups: dict[Any, _G], key: Any, make: Callable[[], _G]) -> _G:
+    """The group of ``key``, made on its first reading."""
+    grp = groups.get(key)
+    if grp is None:
+        grp = groups[key] = make()
+    return grp
+
+
+def _leave(groups: dict[Any, Any], key: Any, seq: int) -> None:
+    """Snapshot ``seq`` leaves ``key``'s group; a group left empty goes."""
+    grp = groups[key]
+    grp.evict(seq)
+    if not grp.entries:
+        del groups[key]
 
 
 class LiveWindow:
@@ -430,8 +455,8 @@ class LiveWindow:
         self.capacity = capacity  # the sampler ring's: nothing older than it holds
         self._snaps: deque[tuple[int, Snapshot]] = deque()
         self._seq = 0
-        self._gpus: dict[tuple[str, str, int], _GpuGroup] = {}
-        self._engines: dict[tuple[str, str, str], _EngineGroup] = {}
+        self._gpus: dict[GpuKey, _GpuGroup] = {}
+        self._engines: dict[EngineKey, _EngineGroup] = {}
         self._host = _HostGroup()
         self._load: dict[str, deque[tuple[int, float]]] = {}
         self._load_sums: dict[str, _Sum] = {}
@@ -462,17 +487,9 @@ class LiveWindow:
         self._snaps.append((seq, snap))
         t = snap.t
         for g in snap.gpus:
-            key = _gpu_key(g)
-            grp = self._gpus.get(key)
-            if grp is None:
-                grp = self._gpus[key] = _GpuGroup()
-            grp.add(seq, t, g)
+            _enter(self._gpus, gpu_key(g), _GpuGroup).add(seq, t, g)
         for pos, e in enumerate(snap.engines):
-            key2 = _engine_key(e)
-            egrp = self._engines.get(key2)
-            if egrp is None:
-                egrp = self._engines[key2] = _EngineGroup()
-            egrp.add(seq, t, e, pos)
+            _enter(self._engines, engine_key(e), _EngineGroup).add(seq, t, e, pos)
         if snap.host is not None:
             self._host.add(seq, t, snap.host)
         for k, v in snap.load:
@@ -495,17 +512,9 @@ class LiveWindow:
     def _evict(self) -> None:
         seq, snap = self._snaps.popleft()
         for g in snap.gpus:
-            key = _gpu_key(g)
-            grp = self._gpus[key]
-            grp.evict(seq)
-            if not grp.entries:
-                del self._gpus[key]
+            _leave(self._gpus, gpu_key(g), seq)
         for e in snap.engines:
-            key2 = _engine_key(e)
-            egrp = self._engines[key2]
-            egrp.evict(seq)
-            if not egrp.entries:
-                del self._engines[key2]
+            _leave(self._engines, engine_key(e), seq)
         if snap.host is not None:
             self._host.evict(seq)
         for k, _ in snap.load:
@@ -519,29 +528,18 @@ class LiveWindow:
 
     def stats(self) -> WindowStats:
         if not self._snaps:
-            return compute_window(())
-        first, last = self._snaps[0][1], self._snaps[-1][1]
-        gpus = tuple(self._gpus[k].stats() for k in sorted(self._gpus, key=lambda k: (k[2], k[1])))
-        # In the order each engine first appears in the window, as compute_window has them.
-        engines = tuple(
-            g.stats()
-            for g in sorted(
-                self._engines.values(), key=lambda g: (g.entries[0][0], g.entries[0][3])
-            )
-        )
-        host = self._host.stats() if self._host.entries else None
-        load = tuple(
-            (k, self._load_sums[k].total() / self._load_sums[k].n)
-            for k in sorted(self._load, key=lambda k: self._load[k][0][0])
-        )
-        return WindowStats(
-            start=first.t,
-            end=last.t,
-            wall_end=last.wall,
-            samples=len(self._snaps),
-            gpus=gpus,
-            engines=engines,
-            host=host,
-            errors=last.errors,
-            load=load,
+            return empty_stats()
+        # Engines in the order each first appears in the window, as compute_window has them.
+        engines = sorted(self._engines.values(), key=lambda g: (g.entries[0][0], g.entries[0][3]))
+        return window_stats(
+            self._snaps[0][1],
+            self._snaps[-1][1],
+            len(self._snaps),
+            self._gpus,
+            engines,
+            self._host if self._host.entries else None,
+            (
+                (k, self._load_sums[k].total() / self._load_sums[k].n)
+                for k in sorted(self._load, key=lambda k: self._load[k][0][0])
+            ),
         )

@@ -18,8 +18,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from monitor.configfile import read_settings_file
-from monitor.errors import ConfigError
+from monitor.core.configfile import read_settings_file
+from monitor.core.errors import ConfigError
 
 DEFAULT_PORT = 9402
 ENV_PREFIX = "HEADROOM_"

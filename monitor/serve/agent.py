@@ -26,22 +26,22 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import choose_encoder
 
-from monitor import exposition
-from monitor.config import AgentConfig, TlsConfig, WebConfig, load_web_config
-from monitor.errors import ConfigError
-from monitor.exporter import SelfStats, build_registry
-from monitor.samples import SourceError
+from monitor.core.errors import ConfigError
+from monitor.serve import exposition
+from monitor.serve.config import AgentConfig, TlsConfig, WebConfig, load_web_config
+from monitor.serve.exporter import SelfStats, build_registry
 from monitor.sources.base import Reading, Source
 from monitor.sources.paced import Paced
 from monitor.sources.promtext import display_url
+from monitor.sources.samples import SourceError
 
-log = logging.getLogger("monitor.agent")
+log = logging.getLogger("monitor.serve.agent")
 
 # At ticks under this, the HTTP sources are read this often (monitor.sources.paced).
 ENGINE_EVERY_S = 1.0
 # The sampler reads on every tick and makes snapshots, parses engine pages, the window and
 # the diagnosis this often (or when a request asks for them): a few ticks' work at once
-# costs less than each tick's alone (monitor.sampler's digest_every_s). Every reader
+# costs less than each tick's alone (monitor.read.sampler's digest_every_s). Every reader
 # (/metrics, /healthz, /api/v1/snapshot) sees every tick read before it.
 DIGEST_EVERY_S = 5.0
 _HTTP_SOURCES = ("vllm", "dcgm-exporter")
@@ -380,8 +380,8 @@ class Agent:
         notes: Sequence[str] = (),
         diagnoser: Any = None,
     ) -> None:
-        from monitor.pipeline import Monitor
-        from monitor.sampler import Sampler
+        from monitor.read.sampler import Sampler
+        from monitor.watch.pipeline import Monitor
 
         self.config = config
         web = load_web_config(config.web_config) if config.web_config else WebConfig()

@@ -8,17 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from monitor.capacity_text import capacity_words, headroom_words
-from monitor.energy import Energy, money, window_energy
-from monitor.gpu_sharing import hidden_pids_note, processes_json
-from monitor.scopes import engine_scope, gpu_scope
-from monitor.whatif_text import whatif_text
-from monitor.window import EngineWindow, GpuWindow, HostWindow, WindowStats
+from monitor.diagnosis.energy import Energy, money, window_energy
+from monitor.diagnosis.gpu_sharing import hidden_pids_note, processes_json
+from monitor.text.capacity import capacity_words, headroom_words
+from monitor.text.whatif import whatif_text
+from monitor.window.scopes import engine_scope, gpu_scope
+from monitor.window.stats import EngineWindow, GpuWindow, HostWindow, WindowStats
 
 if TYPE_CHECKING:
     from monitor.diagnosis.verdict import Verdict
 
-__all__ = ["build_report", "engine_scope", "gpu_scope", "render_text", "error_line"]
+__all__ = ["build_report", "render_text", "error_line"]
 
 REPORT_VERSION = 1
 
@@ -176,7 +176,7 @@ def host_json(h: HostWindow) -> dict[str, Any]:
 
 
 def energy_fields(en: Energy) -> dict[str, Any]:
-    """What each engine is shown of the box's energy (see monitor.energy)."""
+    """What each engine is shown of the box's energy (see monitor.diagnosis.energy)."""
     return {
         "energy_per_token_joules": _r(en.joules_per_token, 5),
         "energy_per_request_joules": _r(en.joules_per_request, 3),

@@ -14,9 +14,10 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from monitor.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
 from monitor.sources.base import Reading, Source
-from monitor.window import WindowStats, compute_window
+from monitor.sources.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
+from monitor.window.full import compute_window
+from monitor.window.stats import WindowStats
 
 log = logging.getLogger(__name__)
 

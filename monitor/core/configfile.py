@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,0 +1,198 @@
+"""A window recomputed from its snapshots: ``compute_window`` over a list.
+
+What each GPU, engine and the host hold in the window is read off the lists of their
+samples (``_GpuList``, ``_EngineList``, ``_HostList``) and handed to the builders of
+``monitor.window.stats``, the same ones the live window (``monitor.window.live``) hands
+its running sums to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from monitor.sources.samples import (
+    EngineSample,
+    GpuProcess,
+    GpuSample,
+    Histogram,
+    HostSample,
+    Snapshot,
+)
+from monitor.window.stats import (
+    EngineKey,
+    EngineWindow,
+    GpuKey,
+    GpuWindow,
+    HostWindow,
+    WindowStats,
+    counter_increase,
+    empty_stats,
+    engine_key,
+    engine_stats,
+    gpu_key,
+    gpu_stats,
+    histogram_delta,
+    host_stats,
+    window_stats,
+)
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _min(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+class _GpuList:
+    """A GPU's samples in the window, oldest first (``GpuReadings``)."""
+
+    def __init__(self, samples: Sequence[GpuSample]) -> None:
+        self.samples = samples
+
+    def last(self) -> GpuSample:
+        return self.samples[-1]
+
+    def count(self) -> int:
+        return len(self.samples)
+
+    def mean(self, field: str) -> float | None:
+        return _mean(getattr(s, field) for s in self.samples)
+
+    def util_max(self) -> float | None:
+        return _max(s.util for s in self.samples)
+
+    def throttle_reasons(self) -> tuple[str, ...] | None:
+        reasons: set[str] = set()
+        any_reasons = False
+        for s in self.samples:
+            if s.throttle_reasons is not None:
+                any_reasons = True
+                reasons.update(s.throttle_reasons)
+        return tuple(sorted(reasons)) if any_reasons else None
+
+    def processes(self) -> tuple[GpuProcess, ...] | None:
+        # Read every few seconds, not every tick: the latest list still in the window.
+        return next((s.processes for s in reversed(self.samples) if s.processes is not None), None)
+
+    def energy_increase(self) -> float | None:
+        return counter_increase([s.energy_joules for s in self.samples])
+
+
+class _EngineList:
+    """An engine's samples in the window and their times, oldest first (``EngineReadings``)."""
+
+    def __init__(self, samples: Sequence[EngineSample], times: Sequence[float]) -> None:
+        self.samples = samples
+        self.times = times
+
+    def last(self) -> EngineSample:
+        return self.samples[-1]
+
+    def count(self) -> int:
+        return len(self.samples)
+
+    def elapsed(self) -> float:
+        return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
+
+    def mean(self, field: str) -> float | None:
+        return _mean(getattr(s, field) for s in self.samples)
+
+    def extreme(self, field: str, most: bool) -> float | None:
+        return (_max if most else _min)(getattr(s, field) for s in self.samples)
+
+    def series(self, field: str) -> tuple[float, ...]:
+        return tuple(v for v in (getattr(s, field) for s in self.samples) if v is not None)
+
+    def increase(self, counter: str) -> float | None:
+        return counter_increase([getattr(s, counter) for s in self.samples])
+
+    def deltas(self) -> Mapping[str, Histogram]:
+        out: dict[str, Histogram] = {}
+        for name, _ in self.samples[-1].histograms:
+            h = histogram_delta([s.histogram(name) for s in self.samples])
+            if h is not None:
+                out[name] = h
+        return out
+
+    def seq_cap(self) -> float | None:
+        return next(
+            (s.seq_cap_reported for s in reversed(self.samples) if s.seq_cap_reported), None
+        )
+
+
+class _HostList:
+    """The host's samples in the window and their times, oldest first (``HostReadings``)."""
+
+    def __init__(self, samples: Sequence[HostSample], times: Sequence[float]) -> None:
+        self.samples = samples
+        self.times = times
+
+    def first(self) -> HostSample:
+        return self.samples[0]
+
+    def last(self) -> HostSample:
+        return self.samples[-1]
+
+    def elapsed(self) -> float:
+        return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
+
+    def freq_mean(self) -> float | None:
+        return _mean(s.cpu_freq_mhz for s in self.samples)
+
+
+def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
+    return gpu_stats(_GpuList(samples))
+
+
+def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
+    return engine_stats(_EngineList(samples, times))
+
+
+def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWindow:
+    return host_stats(_HostList(samples, times))
+
+
+def compute_window(
+    snapshots: Sequence[Snapshot], start: float | None = None, end: float | None = None
+) -> WindowStats:
+    """Aggregate the snapshots whose monotonic time lies in [start, end]."""
+    snaps = [
+        s for s in snapshots if (start is None or s.t >= start) and (end is None or s.t <= end)
+    ]
+    if not snaps:
+        return empty_stats(end if end is not None else 0.0)
+    gpu_groups: dict[GpuKey, list[GpuSample]] = {}
+    engine_groups: dict[EngineKey, tuple[list[EngineSample], list[float]]] = {}
+    host_samples: list[HostSample] = []
+    host_times: list[float] = []
+    load_acc: dict[str, list[float]] = {}
+    for snap in snaps:
+        for g in snap.gpus:
+            gpu_groups.setdefault(gpu_key(g), []).append(g)
+        for e in snap.engines:
+            samples, times = engine_groups.setdefault(engine_key(e), ([], []))
+            samples.append(e)
+            times.append(snap.t)
+        if snap.host is not None:
+            host_samples.append(snap.host)
+            host_times.append(snap.t)
+        for k, v in snap.load:
+            load_acc.setdefault(k, []).append(v)
+    return window_stats(
+        snaps[0],
+        snaps[-1],
+        len(snaps),
+        {k: _GpuList(v) for k, v in gpu_groups.items()},
+        (_EngineList(s, t) for s, t in engine_groups.values()),
+        _HostList(host_samples, host_times) if host_samples else None,
+        ((k, sum(v) / len(v)) for k, v in load_acc.items()),
+    )
