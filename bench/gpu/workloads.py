@@ -144,6 +144,23 @@ def _small_step(weights: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     return h
 
 
+def _small_step_graph(
+    weights: list[torch.Tensor], x: torch.Tensor
+) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """The small step captured once as a CUDA graph, and the input it reads: keep both alive."""
+    static_x = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):  # warm up on a side stream, as CUDA graph capture asks
+            _small_step(weights, static_x)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _small_step(weights, static_x)
+    return graph, static_x
+
+
 @workload("smallstep")
 def smallstep(args: argparse.Namespace) -> dict[str, float]:
     name_thread("EngineCore")
@@ -160,17 +177,7 @@ def smallstep(args: argparse.Namespace) -> dict[str, float]:
 def smallstep_graph(args: argparse.Namespace) -> dict[str, float]:
     """The same step captured once as a CUDA graph and replayed: one launch per step."""
     name_thread("EngineCore")
-    weights, x = _small_model()
-    static_x = x.clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            _small_step(weights, static_x)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _small_step(weights, static_x)
+    graph, _static = _small_step_graph(*_small_model())
     running, steps = until(args.seconds), 0
     while running():
         for _ in range(10):
