@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from diag_windows import gpu, make_window
+from diag_windows import LIGHT, LIGHT_GPU, gpu, make_window
 
 from monitor.diagnosis import CAUSES, Caps, Thresholds, diagnose
 from monitor.diagnosis.verdict import Verdict
@@ -25,9 +25,6 @@ GRAPH_GPU = gpu(0.99, 0.285, 0.01, 0.02)
 H2D_GPU = gpu(
     0.025, 0.024, 0.0, 0.03, pcie_rx=53.5e9, pcie_tx=0.2e9, link=(5, 16), driver_util=0.99
 )
-# Light decode load as the simulator's starved box reads it: steps run back to back, each
-# streams the weights for a small batch: duty cycle ~100%, DRAM busy, tensor cores idle.
-LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
 # The H200 with the engine's matmul (pid 100, the host source's engine process) and a rival
 # matmul outside its tree: the driver's per-process samples split SM time 36/64.
 SHARED_GPU = dataclasses.replace(
@@ -38,8 +35,6 @@ SHARED_GPU = dataclasses.replace(
     ),
 )
 
-# Light load: 10 of 64 slots, 1 req/s of 10 s requests.
-LIGHT = dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0)
 # Requests come and go (some samples with none running): the GPU may idle between them.
 SPARSE = dict(running=[0, 2, 2, 0, 2, 2], rps=0.2, e2e_s=8.0, queue_s=0.0)
 # Four slots full, eight waiting: 0.5 req/s of 8 s service, 16 s in the queue.
