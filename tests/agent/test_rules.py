@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.diagnosis import Caps, diagnose
-from monitor.serve.exporter import DiagnosisCollector, EngineCollector, GpuCollector, HostCollector
+from monitor.serve.exporter import view_collectors
 from monitor.sources.samples import (
     EngineSample,
     GpuProcess,
@@ -208,12 +208,7 @@ def exported_series(view: View) -> list[tuple[str, dict[str, str], float]]:
     from prometheus_client.registry import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    for c in (
-        GpuCollector(view),
-        EngineCollector(view),
-        HostCollector(view),
-        DiagnosisCollector(view),
-    ):
+    for c in view_collectors(view):
         registry.register(c)
     text = generate_latest(registry).decode()
     return [
