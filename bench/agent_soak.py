@@ -33,24 +33,12 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from loadgen.stall import StallProbe  # noqa: E402
 
-class StallProbe(threading.Thread):
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.stalls: list[tuple[float, float]] = []  # (monotonic time, gap seconds)
-        self.stop = threading.Event()
 
-    def run(self) -> None:
-        last = time.monotonic()
-        while not self.stop.is_set():
-            time.sleep(0.005)
-            now = time.monotonic()
-            if now - last > 0.05:
-                self.stalls.append((now, now - last))
-            last = now
-
-    def near(self, t: float, within: float = 5.0) -> bool:
-        return any(abs(t - s) <= within for s, _ in self.stalls)
+def near_stall(probe: StallProbe, t: float, within: float = 5.0) -> bool:
+    """Whether a stall ended within ``within`` seconds of ``t`` (monotonic)."""
+    return any(abs(t - (start + lost)) <= within for start, lost in probe.recorded())
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -126,7 +114,7 @@ def main() -> int:
         while time.monotonic() - start < args.duration:
             time.sleep(5)
             now = time.monotonic()
-            rss.append((now - start, proc.memory_info().rss / 2**20, probe.near(now)))
+            rss.append((now - start, proc.memory_info().rss / 2**20, near_stall(probe, now)))
     finally:
         stop.set()
         agent.send_signal(signal.SIGTERM)
@@ -135,7 +123,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             agent.kill()
         sim.stop()
-        probe.stop.set()
+        probe.stop()
 
     kept = [(t, v) for t, v, stalled in rss if t >= args.warmup and not stalled]
     fifth = max(1, len(kept) // 5)
@@ -153,7 +141,7 @@ def main() -> int:
         f"scrape latency (sequential scrapers): p50 {1000 * lat[len(lat) // 2]:.1f} ms, p99 {1000 * lat[int(len(lat) * 0.99)]:.1f} ms"
     )
     print(
-        f"stalls > 50 ms seen by the probe: {len(probe.stalls)}, longest {max((g for _, g in probe.stalls), default=0):.2f} s"
+        f"stalls > 50 ms seen by the probe: {len(probe.recorded())}, longest {probe.worst():.2f} s"
     )
     print(
         f"RSS samples: {len(rss)} every 5 s; {len(rss) - len(kept)} dropped (warm-up {args.warmup:.0f} s or within 5 s of a stall)"

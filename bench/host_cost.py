@@ -143,9 +143,7 @@ def main() -> int:
             f"{label:<28} {1e3 * statistics.median(use):>11.3f} {files:>21} "
             f"{f'{sum(ok for _, ok in vals)}/{len(vals)}':>6}"
         )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.write_text(text)
+    machine.write_results(args.out, lines)
     return 0
 
 

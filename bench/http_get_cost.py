@@ -171,10 +171,7 @@ def main() -> int:
         out.append(f"  {name:12s} median of batches {statistics.median(values):.3f} ms per GET")
     ratio = statistics.median(loop["http.client"]) / statistics.median(loop["http_page"])
     out.append(f"  http.client / http_page (medians): {ratio:.1f}x")
-    text = "\n".join(out) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
+    machine.write_results(args.out, out)
     return 0
 
 

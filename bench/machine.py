@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -34,3 +35,12 @@ def tree_cpu(p: psutil.Process) -> float:
         except psutil.Error:
             pass
     return total
+
+
+def write_results(out: str | Path, lines: Iterable[str]) -> None:
+    """Write a benchmark's result lines to ``out`` (making its folder) and print them."""
+    text = "\n".join(lines) + "\n"
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(text)

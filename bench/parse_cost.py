@@ -240,10 +240,7 @@ def main() -> int:
         "CPU ms: time.process_time, which also counts the stall probe thread (200 wake-ups a",
         "second): it inflates rows with long wall times. thread ms: the calling thread alone.",
     ]
-    out = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(out)
-    print(out)
+    machine.write_results(args.out, lines)
     return 0
 
 

@@ -163,9 +163,7 @@ def main() -> int:
             f"  {p['off'][0]:7.1f} {p['on'][0]:7.1f}  {p['on'][1]:.3f}  "
             f"{p['off'][3]}/{p['on'][3]}  {max(p['off'][4], p['on'][4]):.2f}"
         )
-    text = "\n".join(lines) + "\n"
-    Path(args.out).write_text(text)
-    print(text)
+    machine.write_results(args.out, lines)
     return 0
 
 

@@ -20,8 +20,8 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,11 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator import start_sim
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadgen.stall import StallProbe  # noqa: E402
+from simulator import start_sim  # noqa: E402
 
 PACINGS = {
     # 40 ms steps whatever the batch: the host part is simulated but not burnt.
@@ -37,28 +41,6 @@ PACINGS = {
     "flat-out": "[engine]\nmax_num_seqs = 1024\nmax_num_batched_tokens = 16384\ncpu_scale = 0.0\n",
 }  # fmt: skip
 TOKENS = 64
-
-
-class StallProbe(threading.Thread):
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.stalls: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-
-    def run(self) -> None:
-        last = time.monotonic()
-        while not self._stop.is_set():
-            time.sleep(0.005)
-            now = time.monotonic()
-            if now - last > 0.05:
-                self.stalls.append((last, now - last))
-            last = now
-
-    def in_window(self, t0: float, t1: float) -> list[float]:
-        return [gap for start, gap in self.stalls if t0 <= start <= t1]
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 @dataclass
@@ -160,7 +142,7 @@ async def run_level(
         engine_itl_ms=1e3 * (itl1[0] - itl0[0]) / max(1.0, itl1[1] - itl0[1]),
         ttft_p50_ms=1e3 * statistics.median(ttfts) if ttfts else float("nan"),
         sim_cpu=(cpu1 - cpu0) / span,
-        stalls=len(probe.in_window(t0, t1)),
+        stalls=probe.count(t0, t1),
     )
 
 

@@ -29,8 +29,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "deploy" / "vllm-cpu"))
+sys.path.insert(0, str(ROOT))
 
 import serve  # noqa: E402  deploy/vllm-cpu/serve.py
+
+from loadgen.stall import StallProbe  # noqa: E402
 
 GRID: dict[str, list[int]] = {
     "max_num_seqs": [2, 4, 8],
@@ -56,39 +59,31 @@ class Beside:
     """A stall probe (5 ms sleeps; gaps over 50 ms) and the 1-minute load average every 5 s."""
 
     def __init__(self) -> None:
-        self.stalls: list[float] = []
+        self.probe = StallProbe()
         self.loads: list[float] = []
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._probe, daemon=True),
-                         threading.Thread(target=self._load, daemon=True)]  # fmt: skip
-
-    def _probe(self) -> None:
-        last = time.monotonic()
-        while not self._stop.is_set():
-            time.sleep(0.005)
-            now = time.monotonic()
-            if now - last > 0.05:
-                self.stalls.append(now - last)
-            last = now
+        self._loader = threading.Thread(target=self._load, daemon=True)
 
     def _load(self) -> None:
         while not self._stop.wait(5.0):
             self.loads.append(os.getloadavg()[0])
 
     def __enter__(self) -> Beside:
-        for t in self._threads:
-            t.start()
+        self.probe.start()
+        self._loader.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self.probe.stop()
 
     def said(self) -> str:
         ld = sorted(self.loads) or [os.getloadavg()[0]]
+        gaps = [lost for _, lost in self.probe.recorded()]
         return (
             f"load average (1 min) median {ld[len(ld) // 2]:.1f}, max {ld[-1]:.1f}; "
-            f"stalls over 50 ms: {len(self.stalls)}, {sum(self.stalls):.1f} s in all, "
-            f"longest {max(self.stalls, default=0.0):.2f} s"
+            f"stalls over 50 ms: {len(gaps)}, {sum(gaps):.1f} s in all, "
+            f"longest {max(gaps, default=0.0):.2f} s"
         )
 
 

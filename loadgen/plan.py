@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from loadgen.analysis import find_saturation, load_of
 from loadgen.schema import Saturation, StepResult
@@ -21,27 +22,19 @@ class FixedPlan:
         return None
 
 
+@dataclass
 class AdaptivePlan:
     """Doubles from ``start`` until the analysis finds the knee, then bisects between the
     knee and the first step past it ``refine`` times (integers for concurrency); then, if
     nothing was measured as far as twice the saturation point, ends with one step there,
     so the plateau (flat throughput, rising latency) is measured and not only inferred."""
 
-    def __init__(
-        self,
-        start: float,
-        maximum: float,
-        refine: int = 2,
-        integer: bool = True,
-        gain_threshold: float = 0.10,
-        error_threshold: float = 0.10,
-    ) -> None:
-        self.start = start
-        self.maximum = maximum
-        self.refine = refine
-        self.integer = integer
-        self.gain_threshold = gain_threshold
-        self.error_threshold = error_threshold
+    start: float
+    maximum: float
+    refine: int = 2
+    integer: bool = True
+    gain_threshold: float = 0.10
+    error_threshold: float = 0.10
 
     def next(self, steps: Sequence[StepResult]) -> float | None:
         if not steps:

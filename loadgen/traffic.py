@@ -60,30 +60,28 @@ def prepare(
 ) -> Traffic:
     server = server_counter(target, model)
     try:
-        return _prepare(server, target, model, api, local, tokenizer, out_dir, dataset,
-                        dataset_max_tokens, default_max_tokens, dataset_limit, seed,
-                        exact_wanted)  # fmt: skip
+        t = Traffic()
+        count = _calibrate(t, server, local, tokenizer, api, exact_wanted)
+        if dataset:
+            # Entries longer than the server's context would only come back as errors.
+            limit_len = getattr(server, "max_model_len", None)
+            _sample_dataset(t, dataset, api, count, limit_len, out_dir, dataset_max_tokens,
+                            default_max_tokens, dataset_limit, seed)  # fmt: skip
+        return t
     finally:
         if server is not None:
             server.close()
 
 
-def _prepare(
+def _calibrate(
+    t: Traffic,
     server: Counter | None,
-    target: str,
-    model: str,
-    api: Literal["completions", "chat"],
     local: Counter | None,
     tokenizer: str | None,
-    out_dir: Path,
-    dataset: str | None,
-    dataset_max_tokens: int | None,
-    default_max_tokens: int,
-    dataset_limit: int,
-    seed: int | None,
+    api: Literal["completions", "chat"],
     exact_wanted: bool,
-) -> Traffic:
-    t = Traffic()
+) -> Counter | None:
+    """Settle how prompts of exact lengths are made (into ``t``); the token counter, if any."""
     count: Counter | None = server
     source = "the server's /tokenize"
     if count is None and local is not None:
@@ -96,50 +94,61 @@ def _prepare(
                 "the server has no /tokenize and no --tokenizer was given: prompt lengths "
                 "are approximate (common words, about one token each)"
             )
-    else:
-        # A local tokenizer cannot apply the server's chat template: chat overhead unknown.
-        cal = calibrate(count, source, chat_known=source.startswith("the server"))
-        if cal is None:
-            t.warnings.append(
-                f"{source} does not tokenize common words one token each: prompt lengths "
-                "are approximate"
-            )
-        else:
-            t.calibration = cal
-            t.worker.update(
-                token_words=list(cal.words),
-                prompt_overhead=cal.completions_overhead,
-                chat_overhead=cal.chat_overhead,
-                token_source=source,
-            )
-            if exact_wanted:
-                added = (
-                    f"{cal.chat_overhead} token(s) around a chat message"
-                    if api == "chat" and cal.chat_overhead is not None
-                    else f"{cal.completions_overhead} token(s) added by the server"
-                )
-                t.notes.append(
-                    f"prompt lengths exact through {source} ({len(cal.words)} one-token words, "
-                    f"{added})"
-                )
-            if api == "chat" and cal.chat_overhead is None and exact_wanted:
-                t.warnings.append(
-                    f"{source} cannot apply the server's chat template: chat prompt lengths "
-                    "are exact in content only"
-                )
-    if dataset:
-        counter = None if count is None else (lambda s: count(s, api == "chat"))
-        # Entries longer than the server's context would only come back as errors.
-        limit_len = getattr(server, "max_model_len", None)
-        ds = load_dataset(dataset, api, dataset_max_tokens, default_max_tokens, counter, seed,
-                          limit_len, limit=dataset_limit)  # fmt: skip
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / DATASET_FILE
-        write_prompts(ds.prompts, path)
-        t.worker["prompts_file"] = str(path.resolve())
-        t.dataset_prompts = len(ds.prompts)
-        t.notes.append(
-            f"dataset {dataset}: {len(ds.prompts)} prompts sampled from {ds.entries} "
-            f"{ds.format} records (seed {seed}), lengths in {ds.lengths_from}"
+        return None
+    # A local tokenizer cannot apply the server's chat template: chat overhead unknown.
+    cal = calibrate(count, source, chat_known=source.startswith("the server"))
+    if cal is None:
+        t.warnings.append(
+            f"{source} does not tokenize common words one token each: prompt lengths "
+            "are approximate"
         )
-    return t
+        return count
+    t.calibration = cal
+    t.worker.update(
+        token_words=list(cal.words),
+        prompt_overhead=cal.completions_overhead,
+        chat_overhead=cal.chat_overhead,
+        token_source=source,
+    )
+    if exact_wanted:
+        added = (
+            f"{cal.chat_overhead} token(s) around a chat message"
+            if api == "chat" and cal.chat_overhead is not None
+            else f"{cal.completions_overhead} token(s) added by the server"
+        )
+        t.notes.append(
+            f"prompt lengths exact through {source} ({len(cal.words)} one-token words, {added})"
+        )
+    if api == "chat" and cal.chat_overhead is None and exact_wanted:
+        t.warnings.append(
+            f"{source} cannot apply the server's chat template: chat prompt lengths "
+            "are exact in content only"
+        )
+    return count
+
+
+def _sample_dataset(
+    t: Traffic,
+    dataset: str,
+    api: Literal["completions", "chat"],
+    count: Counter | None,
+    limit_len: int | None,
+    out_dir: Path,
+    max_tokens: int | None,
+    default_max_tokens: int,
+    limit: int,
+    seed: int | None,
+) -> None:
+    """Sample the dataset's prompts into a file the workers read (named in ``t``)."""
+    counter = None if count is None else (lambda s: count(s, api == "chat"))
+    ds = load_dataset(dataset, api, max_tokens, default_max_tokens, counter, seed, limit_len,
+                      limit=limit)  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / DATASET_FILE
+    write_prompts(ds.prompts, path)
+    t.worker["prompts_file"] = str(path.resolve())
+    t.dataset_prompts = len(ds.prompts)
+    t.notes.append(
+        f"dataset {dataset}: {len(ds.prompts)} prompts sampled from {ds.entries} "
+        f"{ds.format} records (seed {seed}), lengths in {ds.lengths_from}"
+    )

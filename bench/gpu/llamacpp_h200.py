@@ -312,27 +312,18 @@ def wait_for(server: Server, running: int, timeout: float = 30.0) -> dict[str, f
 
 def record(server: Server, path: Path, seconds: float, interval: float = 1.0) -> dict[str, Any]:
     """A recording of the case, as `headroom watch --record` writes one: sampler, window, diagnosis."""
-    from monitor.diagnosis import Diagnoser
-    from monitor.read.recording import Recorder
-    from monitor.read.sampler import Sampler
+    from recorded import record_report, window_s
+
     from monitor.sources.build import build_sources
-    from monitor.watch.pipeline import Monitor
 
     sources, notes = build_sources(vllm_urls=[server.url], host_pids=[server.pid])
-    sampler = Sampler(sources, interval=interval, capacity=10_000)
-    window = max(2.0, 5 * interval)
-    monitor = Monitor(sampler, Diagnoser(), window_s=window, notes=tuple(notes))
-    recorder = Recorder(
-        path,
-        header={"mode": "local", "interval_s": interval, "window_s": window, "notes": notes},
-    )
-    sampler.subscribe(lambda snap: recorder.write(snap, monitor.report()))
-    try:
-        sampler.run(duration=seconds)
-    finally:
-        sampler.close()
-        recorder.close()
-    report = monitor.report() or {}
+    header = {
+        "mode": "local",
+        "interval_s": interval,
+        "window_s": window_s(interval),
+        "notes": notes,
+    }
+    report = record_report(sources, path, seconds, interval, header, notes)
     return {
         "notes": notes,
         "verdicts": [(v["cause"], v["scope"], v["confidence"]) for v in report.get("verdicts", [])],

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 import torch  # noqa: E402 - after the environment above
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from workloads import name_thread  # noqa: E402 - the script's folder is on sys.path
 
 Result = dict[str, Any]
 WORKLOADS: dict[str, Callable[[argparse.Namespace, int, int], Result]] = {}
@@ -50,15 +50,6 @@ def workload(
         return fn
 
     return wrap
-
-
-def name_thread(name: str) -> None:
-    """An OS name for this thread, so the host source shows the ranks by name."""
-    try:
-        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
-            f.write(name[:15])
-    except OSError:
-        pass
 
 
 def stop_together(seconds: float, every: int = 10) -> Callable[[int], bool]:

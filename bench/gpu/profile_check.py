@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 
-from workloads import _small_model, _small_step  # noqa: E402
+from workloads import _small_model, _small_step, _small_step_graph  # noqa: E402
 
 from monitor.profiling.trace import render, summarise  # noqa: E402
 
@@ -56,16 +56,7 @@ def steps() -> dict[str, tuple[Callable[[], object], int]]:
             x.add_(1.0)
 
     weights, h = _small_model()
-    static_h = h.clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            _small_step(weights, static_h)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _small_step(weights, static_h)
+    graph, _static_h = _small_step_graph(weights, h)
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)

@@ -139,28 +139,14 @@ def finish(proc: subprocess.Popen[str], timeout: float = 90.0) -> list[dict[str,
 def record(
     name: str, pids: list[int], interval: float, seconds: float, path: Path
 ) -> dict[str, Any]:
-    from monitor.diagnosis import Diagnoser
-    from monitor.read.recording import Recorder
-    from monitor.read.sampler import Sampler
+    from recorded import record_report, window_s
+
     from monitor.sources.host import HostSource
     from monitor.sources.nvml import NvmlSource
-    from monitor.watch.pipeline import Monitor
 
-    sampler = Sampler([NvmlSource(gpm=True), HostSource(pids=pids)], interval=interval)
-    window_s = max(2.0, 5 * interval)
-    monitor = Monitor(sampler, Diagnoser(), window_s=window_s)
-    recorder = Recorder(path, {"workload": name, "interval_s": interval, "window_s": window_s})
-
-    def on_snap(snap: object) -> None:
-        recorder.write(snap, monitor.report())  # type: ignore[arg-type]
-
-    sampler.subscribe(on_snap)
-    try:
-        sampler.run(duration=seconds)
-    finally:
-        sampler.close()
-        recorder.close()
-    report = monitor.report() or {}
+    header = {"workload": name, "interval_s": interval, "window_s": window_s(interval)}
+    sources = [NvmlSource(gpm=True), HostSource(pids=pids)]
+    report = record_report(sources, path, seconds, interval, header)
 
     def r(v: Any) -> Any:
         return round(v, 3) if isinstance(v, float) else v

@@ -66,30 +66,12 @@ def finish(proc: subprocess.Popen[str]) -> dict[str, object]:
 
 
 def record(name: str, pid: int, interval: float, seconds: float, path: Path) -> dict[str, object]:
-    from monitor.diagnosis import Diagnoser
-    from monitor.read.recording import Recorder
-    from monitor.read.sampler import Sampler
+    from recorded import record_report
+
     from monitor.sources.host import HostSource
     from monitor.sources.nvml import NvmlSource
-    from monitor.watch.pipeline import Monitor
 
-    sampler = Sampler(
-        [NvmlSource(gpm=True), HostSource(pids=[pid])], interval=interval, capacity=10_000
-    )
-    monitor = Monitor(sampler, Diagnoser(), window_s=max(2.0, 5 * interval))
-    recorder = Recorder(path)
-    sampler.subscribe(lambda snap: None)
-
-    def on_snap(snap: object) -> None:
-        recorder.write(snap, monitor.report())
-
-    sampler.subscribe(on_snap)
-    try:
-        sampler.run(duration=seconds)
-    finally:
-        sampler.close()
-        recorder.close()
-    report = monitor.report() or {}
+    report = record_report([NvmlSource(gpm=True), HostSource(pids=[pid])], path, seconds, interval)
     g = (report.get("gpus") or [{}])[0]
     host = report.get("host") or {}
     verdicts = report.get("verdicts") or []
@@ -161,36 +143,24 @@ def phase_snapshot(out: Path) -> None:
             log(f"  unreadable: {exc!r}")
 
 
-def phase_cost(out: Path) -> None:
+def _run_check(label: str, script: str, out_file: Path, timeout: float, tail: int) -> None:
+    """Run a bench/gpu script that writes its result to ``out_file``; log its output's tail."""
     res = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "gpu" / "agent_cost.py"),
-            "--out",
-            str(out / "agent_cost.txt"),
-        ],
+        [sys.executable, str(ROOT / "bench" / "gpu" / script), "--out", str(out_file)],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=400,
+        timeout=timeout,
     )
-    log(f"cost: rc={res.returncode}\n{res.stdout[-4000:]}\n{res.stderr[-2000:]}")
+    log(f"{label}: rc={res.returncode}\n{res.stdout[-tail:]}\n{res.stderr[-2000:]}")
+
+
+def phase_cost(out: Path) -> None:
+    _run_check("cost", "agent_cost.py", out / "agent_cost.txt", timeout=400, tail=4000)
 
 
 def phase_ncu(out: Path) -> None:
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "gpu" / "ncu_check.py"),
-            "--out",
-            str(out / "ncu_check.txt"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
-    log(f"ncu: rc={res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-2000:]}")
+    _run_check("ncu", "ncu_check.py", out / "ncu_check.txt", timeout=300, tail=3000)
 
 
 def main() -> None:

@@ -57,19 +57,24 @@ def idle(args: argparse.Namespace) -> dict[str, float]:
     return {}
 
 
+def _repeat(seconds: float, step: Callable[[], object], batch: int = 10) -> tuple[int, float]:
+    """Run ``step`` in batches, synchronising after each, for ``seconds``: (steps, seconds)."""
+    running, steps = until(seconds), 0
+    t0 = time.monotonic()
+    while running():
+        for _ in range(batch):
+            step()
+        torch.cuda.synchronize()
+        steps += batch
+    return steps, time.monotonic() - t0
+
+
 @workload("matmul")
 def matmul(args: argparse.Namespace) -> dict[str, float]:
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    running, steps = until(args.seconds), 0
-    t0 = time.monotonic()
-    while running():
-        for _ in range(10):
-            a @ b
-        torch.cuda.synchronize()
-        steps += 10
-    dt = time.monotonic() - t0
+    steps, dt = _repeat(args.seconds, lambda: a @ b)
     return {"matmuls": steps, "tflops": 2 * n**3 * steps / dt / 1e12}
 
 
@@ -77,14 +82,7 @@ def matmul(args: argparse.Namespace) -> dict[str, float]:
 def copy(args: argparse.Namespace) -> dict[str, float]:
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    running, steps = until(args.seconds), 0
-    t0 = time.monotonic()
-    while running():
-        for _ in range(10):
-            dst.copy_(src)
-        torch.cuda.synchronize()
-        steps += 10
-    dt = time.monotonic() - t0
+    steps, dt = _repeat(args.seconds, lambda: dst.copy_(src))
     return {"copies": steps, "tb_per_s_read_plus_write": 2 * 2**30 * steps / dt / 1e12}
 
 
@@ -95,15 +93,12 @@ def h2d(args: argparse.Namespace) -> dict[str, float]:
     host = torch.empty(256 * 2**20, dtype=torch.uint8).pin_memory()
     dev = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     x = torch.zeros(32, device="cuda")
-    running, steps = until(args.seconds), 0
-    t0 = time.monotonic()
-    while running():
-        for _ in range(10):
-            dev.copy_(host, non_blocking=True)
-            x.add_(1.0)
-        torch.cuda.synchronize()
-        steps += 10
-    dt = time.monotonic() - t0
+
+    def step() -> None:
+        dev.copy_(host, non_blocking=True)
+        x.add_(1.0)
+
+    steps, dt = _repeat(args.seconds, step)
     return {"copies": steps, "gb_per_s": 256 * 2**20 * steps / dt / 1e9}
 
 
@@ -144,6 +139,23 @@ def _small_step(weights: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     return h
 
 
+def _small_step_graph(
+    weights: list[torch.Tensor], x: torch.Tensor
+) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """The small step captured once as a CUDA graph, and the input it reads: keep both alive."""
+    static_x = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):  # warm up on a side stream, as CUDA graph capture asks
+            _small_step(weights, static_x)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _small_step(weights, static_x)
+    return graph, static_x
+
+
 @workload("smallstep")
 def smallstep(args: argparse.Namespace) -> dict[str, float]:
     name_thread("EngineCore")
@@ -160,17 +172,7 @@ def smallstep(args: argparse.Namespace) -> dict[str, float]:
 def smallstep_graph(args: argparse.Namespace) -> dict[str, float]:
     """The same step captured once as a CUDA graph and replayed: one launch per step."""
     name_thread("EngineCore")
-    weights, x = _small_model()
-    static_x = x.clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            _small_step(weights, static_x)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _small_step(weights, static_x)
+    graph, _static = _small_step_graph(*_small_model())
     running, steps = until(args.seconds), 0
     while running():
         for _ in range(10):

@@ -23,30 +23,26 @@ from monitor.window.stats import (
     EngineWindow,
     GpuWindow,
     HostWindow,
+    mean_present,
 )
 
 # -- GPU ---------------------------------------------------------------------
 
 
-def _mean(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
-
-
 def util_mean(gpus: Sequence[GpuWindow]) -> float | None:
-    return _mean([g.util for g in gpus])
+    return mean_present([g.util for g in gpus])
 
 
 def sm_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
-    return _mean([g.sm_active for g in gpus])
+    return mean_present([g.sm_active for g in gpus])
 
 
 def tensor_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
-    return _mean([g.tensor_active for g in gpus])
+    return mean_present([g.tensor_active for g in gpus])
 
 
 def dram_active_mean(gpus: Sequence[GpuWindow]) -> float | None:
-    return _mean([g.dram_active for g in gpus])
+    return mean_present([g.dram_active for g in gpus])
 
 
 def busy_fraction(gpus: Sequence[GpuWindow]) -> float | None:

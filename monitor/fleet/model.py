@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,16 @@ from monitor.fleet.queries import ENGINE_FAMILIES, ENGINE_KEY, GPU_FAMILIES, GPU
 
 # A host whose agent has not ticked for this long is stale: its numbers are old or gone.
 STALE_AFTER_S = 60.0
+
+
+def _known(values: Iterable[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
+
+
+def _sum_known(values: Iterable[float | None]) -> float | None:
+    """The sum of the values read (None when none was)."""
+    known = _known(values)
+    return sum(known) if known else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +139,7 @@ class FleetHost:
 
     @property
     def wasted(self) -> float | None:
-        values = [g.wasted for g in self.gpus if g.wasted is not None]
-        return sum(values) if values else None
+        return _sum_known(g.wasted for g in self.gpus)
 
     @property
     def wasted_cost_per_hour(self) -> float | None:
@@ -166,18 +175,14 @@ class FleetHost:
         return next((v for v in self.verdicts if v.scope == scope), None)
 
     def mean(self, field_name: str) -> float | None:
-        values = [getattr(g, field_name) for g in self.gpus]
-        known = [v for v in values if v is not None]
+        known = _known(getattr(g, field_name) for g in self.gpus)
         return sum(known) / len(known) if known else None
 
     def engine_sum(self, field_name: str) -> float | None:
-        known = [getattr(e, field_name) for e in self.engines]
-        known = [v for v in known if v is not None]
-        return sum(known) if known else None
+        return _sum_known(getattr(e, field_name) for e in self.engines)
 
     def engine_max(self, field_name: str) -> float | None:
-        known = [getattr(e, field_name) for e in self.engines]
-        known = [v for v in known if v is not None]
+        known = _known(getattr(e, field_name) for e in self.engines)
         return max(known) if known else None
 
     def to_json(self) -> dict[str, Any]:
@@ -220,20 +225,16 @@ class Fleet:
 
     @property
     def wasted(self) -> float | None:
-        values = [h.wasted for h in self.hosts if h.wasted is not None]
-        return sum(values) if values else None
+        return _sum_known(h.wasted for h in self.hosts)
 
     @property
     def wasted_cost_per_hour(self) -> float | None:
-        values = [h.wasted_cost_per_hour for h in self.hosts]
-        known = [v for v in values if v is not None]
-        return sum(known) if known else None
+        return _sum_known(h.wasted_cost_per_hour for h in self.hosts)
 
     @property
     def spare_rps(self) -> float | None:
         """The fleet's spare capacity: every host's spare requests/s together."""
-        values = [h.spare_rps for h in self.hosts if h.spare_rps is not None]
-        return sum(values) if values else None
+        return _sum_known(h.spare_rps for h in self.hosts)
 
     def priced(self, gpu_hour_price: float | None) -> Fleet:
         """The same fleet with its waste in money at ``gpu_hour_price`` (None: GPUs only)."""

@@ -581,6 +581,16 @@ class InfoCollector(Collector):
         )
 
 
+def view_collectors(view: MonitorView) -> tuple[Collector, ...]:
+    """The collectors of what the monitor read and judged (GPUs, engines, host, diagnosis)."""
+    return (
+        GpuCollector(view),
+        EngineCollector(view),
+        HostCollector(view),
+        DiagnosisCollector(view),
+    )
+
+
 def build_registry(
     view: MonitorView,
     stats: SelfStats,
@@ -590,13 +600,6 @@ def build_registry(
 ) -> CollectorRegistry:
     """An explicit registry holding every headroom collector (never the global one)."""
     registry = CollectorRegistry(auto_describe=False)
-    for collector in (
-        GpuCollector(view),
-        EngineCollector(view),
-        HostCollector(view),
-        DiagnosisCollector(view),
-        stats,
-        InfoCollector(version, interval, window),
-    ):
+    for collector in (*view_collectors(view), stats, InfoCollector(version, interval, window)):
         registry.register(collector)
     return registry

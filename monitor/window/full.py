@@ -33,13 +33,9 @@ from monitor.window.stats import (
     gpu_stats,
     histogram_delta,
     host_stats,
+    mean_present,
     window_stats,
 )
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
 
 
 def _max(values: Iterable[float | None]) -> float | None:
@@ -65,7 +61,7 @@ class _GpuList:
         return len(self.samples)
 
     def mean(self, field: str) -> float | None:
-        return _mean(getattr(s, field) for s in self.samples)
+        return mean_present(getattr(s, field) for s in self.samples)
 
     def util_max(self) -> float | None:
         return _max(s.util for s in self.samples)
@@ -104,7 +100,7 @@ class _EngineList:
         return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
 
     def mean(self, field: str) -> float | None:
-        return _mean(getattr(s, field) for s in self.samples)
+        return mean_present(getattr(s, field) for s in self.samples)
 
     def extreme(self, field: str, most: bool) -> float | None:
         return (_max if most else _min)(getattr(s, field) for s in self.samples)
@@ -146,7 +142,7 @@ class _HostList:
         return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
 
     def freq_mean(self) -> float | None:
-        return _mean(s.cpu_freq_mhz for s in self.samples)
+        return mean_present(s.cpu_freq_mhz for s in self.samples)
 
 
 def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:

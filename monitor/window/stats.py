@@ -43,6 +43,12 @@ ITERATION_TOKENS = "iteration_tokens_total"
 REQUEST_PREEMPTIONS = "request_num_preemptions"
 
 
+def mean_present(values: Iterable[float | None]) -> float | None:
+    """The mean of the values that were read (None when none was)."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
 def counter_increase(values: Sequence[float | None]) -> float | None:
     """Increase of a cumulative counter over consecutive readings, across resets."""
     present = [v for v in values if v is not None]

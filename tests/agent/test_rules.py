@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.diagnosis import Caps, diagnose
-from monitor.serve.exporter import DiagnosisCollector, EngineCollector, GpuCollector, HostCollector
+from monitor.serve.exporter import view_collectors
 from monitor.sources.samples import (
     EngineSample,
     GpuProcess,
@@ -120,26 +120,9 @@ SCENARIOS = [
     Scenario("starved", util=0.25, sm_active=0.12, running=10, rps=1.0, caps=Caps(max_num_seqs=64)),
     # Story C: requests wait while R sits at the cap and the GPU has room (cap inferred).
     Scenario("seq-cap", util=0.6, sm_active=0.45, running=64, waiting=20, kv=0.4, rps=6.0),
-    Scenario(
-        "kv-cap",
-        util=0.7,
-        sm_active=0.6,
-        running=40,
-        waiting=12,
-        kv=0.97,
-        rps=4.0,
-        preempt_per_s=0.5,
-    ),
+    Scenario("kv-cap", util=0.7, sm_active=0.6, running=40, waiting=12, kv=0.97, rps=4.0, preempt_per_s=0.5),
     # Story B overlapped: the engine thread at ~100% of a core, GPU busy 43%.
-    Scenario(
-        "cpu-bound",
-        util=0.43,
-        sm_active=0.4,
-        running=16,
-        rps=8.0,
-        thread_cpu=0.98,
-        caps=Caps(max_num_seqs=32),
-    ),
+    Scenario("cpu-bound", util=0.43, sm_active=0.4, running=16, rps=8.0, thread_cpu=0.98, caps=Caps(max_num_seqs=32)),
     # The H200 32-element add loop: util 27%, SM active 0.04%.
     Scenario("launch-bound", util=0.27, sm_active=0.0004),
     # The H200's CUDA-graph small step: util 99%, SM active 28.5%.
@@ -147,26 +130,10 @@ SCENARIOS = [
     # The H200's pinned host-to-device loop: 53.5 GB/s of Gen5 x16's 63, SM active 2.4%.
     Scenario("transfer-bound", util=0.025, sm_active=0.024, tensor=0.0, dram=0.03, pcie_rx=53.5e9),
     # The H200 under the engine's matmul and a rival's (bench/results/gpu_processes_h200.json).
-    Scenario(
-        "contended",
-        util=0.999,
-        sm_active=0.882,
-        tensor=0.812,
-        dram=0.168,
-        procs=((100, 0.36), (200, 0.64)),
-        thread_cpu=0.3,
-    ),
+    Scenario("contended", util=0.999, sm_active=0.882, tensor=0.812, dram=0.168, procs=((100, 0.36), (200, 0.64)), thread_cpu=0.3),
     # Saturated on compute: no alert of these five should fire.
-    Scenario(
-        "healthy",
-        util=0.98,
-        sm_active=0.95,
-        tensor=0.9,
-        running=30,
-        rps=5.0,
-        caps=Caps(max_num_seqs=64),
-    ),
-]
+    Scenario("healthy", util=0.98, sm_active=0.95, tensor=0.9, running=30, rps=5.0, caps=Caps(max_num_seqs=64)),
+]  # fmt: skip
 
 
 def snapshots(s: Scenario, n: int = 11) -> list[Snapshot]:
@@ -208,12 +175,7 @@ def exported_series(view: View) -> list[tuple[str, dict[str, str], float]]:
     from prometheus_client.registry import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    for c in (
-        GpuCollector(view),
-        EngineCollector(view),
-        HostCollector(view),
-        DiagnosisCollector(view),
-    ):
+    for c in view_collectors(view):
         registry.register(c)
     text = generate_latest(registry).decode()
     return [

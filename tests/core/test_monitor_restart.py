@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
+from core_support import engine_snapshot
+
 from monitor.read.sampler import Sampler
-from monitor.sources.samples import EngineSample, Snapshot
+from monitor.sources.samples import Snapshot
 from monitor.watch.pipeline import Monitor
 
 
 def _snap(t: float, model: str, running: float, done: float) -> Snapshot:
-    e = EngineSample(
-        url="http://127.0.0.1:1/metrics",
-        model_name=model,
-        engine="0",
-        running=running,
-        waiting=0.0,
-        preemptions_total=0.0,
-        request_success_total=done,
-    )
-    return Snapshot(t=t, wall=1_800_000_000.0 + t, engines=(e,))
+    return engine_snapshot(t, done, running, model_name=model, preemptions_total=0.0)
 
 
 def test_after_a_restart_the_window_holds_only_the_new_box() -> None:

@@ -3,22 +3,16 @@ report is built when someone reads it."""
 
 from __future__ import annotations
 
+from core_support import engine_snapshot
+
 import monitor.watch.pipeline as pipeline
 from monitor.read.sampler import Sampler
-from monitor.sources.samples import EngineSample, Snapshot
+from monitor.sources.samples import Snapshot
 from monitor.watch.pipeline import Monitor
 
 
 def _snap(t: float, done: float, running: float = 8.0, waiting: float = 0.0) -> Snapshot:
-    e = EngineSample(
-        url="http://127.0.0.1:1/metrics",
-        model_name="m",
-        engine="0",
-        running=running,
-        waiting=waiting,
-        request_success_total=done,
-    )
-    return Snapshot(t=t, wall=1_800_000_000.0 + t, engines=(e,))
+    return engine_snapshot(t, done, running, waiting=waiting)
 
 
 def test_fast_ticks_are_diagnosed_once_a_step_but_windowed_every_tick() -> None:

@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 
+from core_support import engine_snapshot
+
 from monitor.read.sampler import Sampler
-from monitor.sources.samples import EngineSample, Snapshot
+from monitor.sources.samples import Snapshot
 from monitor.text.capacity import capacity_words, headroom_words
 from monitor.watch.pipeline import Monitor
 from monitor.watch.report import render_text
 
 
 def _snap(t: float, done: float) -> Snapshot:
-    e = EngineSample(
-        url="http://127.0.0.1:1/metrics",
-        model_name="m",
-        engine="0",
-        running=32.0,
-        waiting=0.0,
-        preemptions_total=0.0,
-        request_success_total=done,
-        reported_max_num_seqs=256,
-    )
-    return Snapshot(t=t, wall=1_800_000_000.0 + t, engines=(e,))
+    return engine_snapshot(t, done, 32.0, preemptions_total=0.0, reported_max_num_seqs=256)
 
 
 def test_no_request_finished_reads_a_dash_and_says_why() -> None:

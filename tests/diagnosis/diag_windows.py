@@ -232,3 +232,21 @@ def make_window(
             )
         )
     return compute_window(snaps)
+
+
+# Light decode load as the simulator's starved box reads it: steps run back to back, each
+# streams the weights for a small batch: duty cycle ~100%, DRAM busy, tensor cores idle.
+LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
+# Light load (DESIGN.md's story A): 10 of 64 slots, 1 req/s of 10 s requests.
+LIGHT = dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0)
+# vLLM's estimated FLOPs and bytes for the light load's steps (300 tokens/s of an 8B model,
+# 30 steps a second): the weights are 70% of the bytes a step reads, the KV cache of 10
+# sequences 30%, so the steps lengthen as sequences are added.
+KV_READS = dict(gen_tps=300.0, flops_per_s=2 * 8e9 * 300, bytes_per_s=16e9 * 30 / 0.7)
+
+
+def story_a_window(gpu: GpuSample = LIGHT_GPU, **engine: Any) -> WindowStats:
+    """Story A over 20 s of window (Little's law is judged over at least one request
+    lifetime): steps of 10 tokens, 30 a second, with their KV reads; ``engine`` adds to it."""
+    steps = dict(steps_per_s=30, tokens_per_step=10, **KV_READS)
+    return make_window(21, gpus=[gpu], engine={**LIGHT, **steps, **engine})

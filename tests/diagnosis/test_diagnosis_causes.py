@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from diag_windows import gpu, make_window
+from diag_windows import LIGHT, LIGHT_GPU, gpu, make_window
 
 from monitor.diagnosis import CAUSES, Caps, Thresholds, diagnose
 from monitor.diagnosis.verdict import Verdict
@@ -25,9 +25,6 @@ GRAPH_GPU = gpu(0.99, 0.285, 0.01, 0.02)
 H2D_GPU = gpu(
     0.025, 0.024, 0.0, 0.03, pcie_rx=53.5e9, pcie_tx=0.2e9, link=(5, 16), driver_util=0.99
 )
-# Light decode load as the simulator's starved box reads it: steps run back to back, each
-# streams the weights for a small batch: duty cycle ~100%, DRAM busy, tensor cores idle.
-LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
 # The H200 with the engine's matmul (pid 100, the host source's engine process) and a rival
 # matmul outside its tree: the driver's per-process samples split SM time 36/64.
 SHARED_GPU = dataclasses.replace(
@@ -38,8 +35,6 @@ SHARED_GPU = dataclasses.replace(
     ),
 )
 
-# Light load: 10 of 64 slots, 1 req/s of 10 s requests.
-LIGHT = dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0)
 # Requests come and go (some samples with none running): the GPU may idle between them.
 SPARSE = dict(running=[0, 2, 2, 0, 2, 2], rps=0.2, e2e_s=8.0, queue_s=0.0)
 # Four slots full, eight waiting: 0.5 req/s of 8 s service, 16 s in the queue.
@@ -47,6 +42,12 @@ CAPPED = dict(running=4, waiting=8, waiting_capacity=8, rps=0.5, e2e_s=24.0, que
 # Six running, four waiting, every engine step at 2,048 tokens, nine in ten of them prompt.
 TOKEN_PINNED = dict(running=6, waiting=4, steps_per_s=10, tokens_per_step=2048, prompt_tps=18000,
                     gen_tps=2000)  # fmt: skip
+# Six running, four waiting, every step at a 512-token budget, nine in ten tokens prompt.
+BUDGET_512 = dict(running=6, waiting=4, steps_per_s=20, tokens_per_step=512, prompt_tps=9000,
+                  gen_tps=1000)  # fmt: skip
+# Sixty running, long prompts: full 8,192-token steps on busy tensor cores.
+PREFILL_8K = dict(running=60, waiting=3, steps_per_s=5, tokens_per_step=8192, prompt_tps=40000,
+                  gen_tps=300)  # fmt: skip
 
 CASES: list[tuple[str, dict[str, Any], Caps, str, str]] = [
     ("idle-gpu-only", dict(gpus=[IDLE_GPU]), Caps(), "idle", "box"),
@@ -77,17 +78,7 @@ CASES: list[tuple[str, dict[str, Any], Caps, str, str]] = [
     ),
     (
         "token-cap-given",
-        dict(
-            gpus=[MID_GPU],
-            engine=dict(
-                running=6,
-                waiting=4,
-                steps_per_s=20,
-                tokens_per_step=512,
-                prompt_tps=9000,
-                gen_tps=1000,
-            ),
-        ),  # fmt: skip
+        dict(gpus=[MID_GPU], engine=BUDGET_512),
         Caps(max_num_batched_tokens=512),
         "token-cap",
         "engine:",
@@ -321,10 +312,7 @@ def test_thresholds_are_configurable() -> None:
 
 
 def test_seq_cap_yields_to_a_pinned_token_budget_when_the_cap_is_only_inferred() -> None:
-    parts = dict(
-        gpus=[MID_GPU],
-        engine=dict(running=6, waiting=4, steps_per_s=20, tokens_per_step=512, prompt_tps=9000, gen_tps=1000),
-    )  # fmt: skip
+    parts = dict(gpus=[MID_GPU], engine=BUDGET_512)
     d = diagnose(make_window(**parts), caps=Caps(max_num_batched_tokens=512))
     assert [v.cause for v in d.verdicts][:2] == ["token-cap", "seq-cap"]
     assert "token budget" in d.verdicts[1].summary
@@ -423,17 +411,7 @@ ORDERS: list[tuple[str, dict[str, Any], Caps, list[str]]] = [
     ),
     (
         "busy tensor cores before a full token budget",
-        dict(
-            gpus=[COMPUTE_GPU],
-            engine=dict(
-                running=60,
-                waiting=3,
-                steps_per_s=5,
-                tokens_per_step=8192,
-                prompt_tps=40000,
-                gen_tps=300,
-            ),
-        ),  # fmt: skip
+        dict(gpus=[COMPUTE_GPU], engine=PREFILL_8K),
         NO_CAPS,
         ["compute-bound"],
     ),

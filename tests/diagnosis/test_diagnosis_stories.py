@@ -5,36 +5,18 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from diag_windows import gpu, make_window
+from diag_windows import LIGHT, LIGHT_GPU, gpu, make_window, story_a_window
 
 from monitor.diagnosis import Caps, diagnose
 from monitor.watch.report import build_report
 from monitor.window.scopes import engine_scope
-
-LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)
-# vLLM's estimated FLOPs and bytes for those steps (300 tokens/s of an 8B model, 30 steps a
-# second): the weights are 70% of the bytes a step reads, the KV cache of 10 sequences 30%.
-KV_READS = dict(gen_tps=300.0, flops_per_s=2 * 8e9 * 300, bytes_per_s=16e9 * 30 / 0.7)
 
 
 def test_story_a_light_load_is_starved_and_names_the_fill_rate() -> None:
     # 64 slots, requests last ~10 s, the client sends 1 req/s: 10 in flight. The GPU reads as
     # the simulator's light load does: steps back to back, each streaming the weights for a
     # batch of 10 (duty cycle ~100%, DRAM busy, tensor cores idle): memory-bound, with room.
-    # 20 s of window: Little's law is judged over at least one request lifetime.
-    w = make_window(
-        21,
-        gpus=[LIGHT_GPU],
-        engine=dict(
-            running=10,
-            rps=1.0,
-            e2e_s=10.0,
-            queue_s=0.0,
-            steps_per_s=30,
-            tokens_per_step=10,
-            **KV_READS,
-        ),
-    )
+    w = story_a_window()
     d = diagnose(w, caps=Caps(max_num_seqs=64))
     top = d.verdicts[0]
     assert top.cause == "starved"
@@ -83,7 +65,7 @@ def test_story_a_one_request_rate_for_little_the_fill_and_the_engine() -> None:
 
 
 def test_story_a_without_the_cap_says_it_is_unknown() -> None:
-    w = make_window(10, gpus=[LIGHT_GPU], engine=dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0))
+    w = make_window(10, gpus=[LIGHT_GPU], engine=LIGHT)
     top = diagnose(w).verdicts[0]
     assert top.cause == "starved"
     assert "cap unknown: pass --max-num-seqs" in top.fix
@@ -221,19 +203,7 @@ def test_story_a_starved_says_the_idle_part_of_the_bill() -> None:
     # Story A's GPU drawing 300 W: with a price, the starved verdict prices what the missing
     # load leaves unused (SMs 89% active: 11% of $2.50 an hour, about $0.27);
     # without one, watts alone.
-    w = make_window(
-        21,
-        gpus=[dataclasses.replace(LIGHT_GPU, power_watts=300.0)],
-        engine=dict(
-            running=10,
-            rps=1.0,
-            e2e_s=10.0,
-            queue_s=0.0,
-            steps_per_s=30,
-            tokens_per_step=10,
-            **KV_READS,
-        ),
-    )
+    w = story_a_window(dataclasses.replace(LIGHT_GPU, power_watts=300.0))
     top = diagnose(w, caps=Caps(max_num_seqs=64), gpu_hour_price=2.5).verdicts[0]
     assert top.cause == "starved"
     assert "The GPUs draw 300 W (1.08 MJ an hour)" in top.summary

@@ -7,38 +7,20 @@ from __future__ import annotations
 import re
 
 import pytest
-from diag_windows import gpu, make_window
+from diag_windows import LIGHT, LIGHT_GPU, gpu, make_window, story_a_window
 
 from monitor.diagnosis import diagnose
 from monitor.text.capacity import capacity_words, headroom_words
 from monitor.watch.report import build_report, render_text
 from monitor.window.scopes import engine_scope
 
-LIGHT_GPU = gpu(1.0, 0.89, 0.05, 0.82)  # streaming the weights for a small batch: room to grow
 MID_GPU = gpu(0.6, 0.45, 0.3, 0.3)
-# vLLM's estimated FLOPs and bytes for the light load's steps (300 tokens/s of an 8B model,
-# 30 steps a second): the KV cache of 10 sequences is 30% of the bytes a step reads, so the
-# steps lengthen as sequences are added.
-KV_READS = dict(gen_tps=300.0, flops_per_s=2 * 8e9 * 300, bytes_per_s=16e9 * 30 / 0.7)
 
 RATE = re.compile(r"(\d+(?:\.\d+)?) req/s")
 
 
 def _starved() -> tuple:
-    w = make_window(
-        21,
-        gpus=[LIGHT_GPU],
-        engine=dict(
-            running=10,
-            rps=1.0,
-            e2e_s=10.0,
-            queue_s=0.0,
-            reported_seqs=64,
-            steps_per_s=30,
-            tokens_per_step=10,
-            **KV_READS,
-        ),  # fmt: skip
-    )
+    w = story_a_window(reported_seqs=64)
     d = diagnose(w)
     return w, d, d.analyses[engine_scope(w.engines[0])]
 
@@ -97,11 +79,7 @@ def test_under_a_cap_verdict_the_capacity_line_promises_no_rate_past_it(
 
 def test_the_starved_fix_stops_at_a_limit_that_binds_before_the_slots() -> None:
     # 10 of 64 slots busy, nothing waits, but the KV cache is 45% used: it fills near 20.
-    w = make_window(
-        21,
-        gpus=[LIGHT_GPU],
-        engine=dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0, kv=0.45, reported_seqs=64),
-    )
+    w = make_window(21, gpus=[LIGHT_GPU], engine=dict(LIGHT, kv=0.45, reported_seqs=64))
     d = diagnose(w)
     top = d.verdicts[0]
     a = d.analyses[engine_scope(w.engines[0])]

@@ -27,6 +27,13 @@ class Clock:
         self.fake.advance(seconds)
 
 
+def metered(gpu: FakeGpu, every: float) -> tuple[FakeNvml, Clock, NvmlSource]:
+    """A source over one fake GPU in virtual time, asking the energy counter every ``every`` s."""
+    fake = FakeNvml([gpu])
+    clock = Clock(fake)
+    return fake, clock, NvmlSource(nvml=fake, energy_every_s=every, clock=clock)
+
+
 def ticks(src: NvmlSource, clock: Clock, n: int, every: float = 1.0) -> list[float | None]:
     out = []
     for _ in range(n):
@@ -36,9 +43,7 @@ def ticks(src: NvmlSource, clock: Clock, n: int, every: float = 1.0) -> list[flo
 
 
 def test_first_reading_is_zero_and_counter_read_only_every_span() -> None:
-    fake = FakeNvml([FakeGpu(power_mw=300_000)])
-    clock = Clock(fake)
-    src = NvmlSource(nvml=fake, energy_every_s=30.0, clock=clock)
+    fake, clock, src = metered(FakeGpu(power_mw=300_000), 30.0)
     first = src.read().gpus[0]
     assert first.energy_joules == 0.0 and first.energy_source == "counter"
     assert fake.calls[ENERGY] == 1  # the probe's read is the first reading
@@ -55,9 +60,7 @@ def test_counter_corrects_what_power_between_reads_missed() -> None:
     # The power reading says 200 W, but the counter grew at 400 W (power is a 1 s average,
     # bursts between readings escape it): at each counter read the figure is the counter's.
     gpu = FakeGpu(power_mw=400_000)
-    fake = FakeNvml([gpu])
-    clock = Clock(fake)
-    src = NvmlSource(nvml=fake, energy_every_s=10.0, clock=clock)
+    fake, clock, src = metered(gpu, 10.0)
     src.read()
     gpu.power_mw = 200_000
     fake.advance(0)  # nothing
@@ -74,9 +77,7 @@ def test_counter_corrects_what_power_between_reads_missed() -> None:
 
 def test_counter_behind_the_integration_never_runs_backwards() -> None:
     gpu = FakeGpu(power_mw=100_000)
-    fake = FakeNvml([gpu])
-    clock = Clock(fake)
-    src = NvmlSource(nvml=fake, energy_every_s=10.0, clock=clock)
+    fake, clock, src = metered(gpu, 10.0)
     base_mj = gpu.energy_mj
     src.read()
     energy = []
@@ -96,9 +97,7 @@ def test_counter_behind_the_integration_never_runs_backwards() -> None:
 
 def test_counter_reset_counts_what_came_after_it() -> None:
     gpu = FakeGpu(power_mw=250_000)
-    fake = FakeNvml([gpu])
-    clock = Clock(fake)
-    src = NvmlSource(nvml=fake, energy_every_s=5.0, clock=clock)
+    fake, clock, src = metered(gpu, 5.0)
     src.read()
     before = ticks(src, clock, 10)[-1]
     assert before == pytest.approx(2500)
@@ -110,9 +109,7 @@ def test_counter_reset_counts_what_came_after_it() -> None:
 
 def test_missing_counter_falls_back_to_integrated_power_marked_and_noted() -> None:
     gpu = FakeGpu(name="Tesla P100", power_mw=150_000, energy_mj=None)
-    fake = FakeNvml([gpu])
-    clock = Clock(fake)
-    src = NvmlSource(nvml=fake, energy_every_s=5.0, clock=clock)
+    fake, clock, src = metered(gpu, 5.0)
     assert any("no energy counter" in n and "power" in n for n in src.notes)
     src.read()
     energy = ticks(src, clock, 20)
@@ -126,9 +123,7 @@ def test_mig_instance_has_no_energy_the_gpu_has_it() -> None:
     mig.unsupported |= {"nvmlDeviceGetPowerUsage"}
     mig.samples_supported = False
     parent = workload_gpu("idle", mig_enabled=True, migs={0: mig}, power_mw=400_000)
-    fake = FakeNvml([parent])
-    clock = Clock(fake)
-    src = NvmlSource(nvml=fake, energy_every_s=5.0, clock=clock)
+    fake, clock, src = metered(parent, 5.0)
     assert any("MIG" in n and "GPU 0's as a whole" in n for n in src.notes)
     src.read()
     clock.tick(10.0)
@@ -149,9 +144,7 @@ def test_meter_without_any_reading_is_none() -> None:
 
 def test_a_counter_that_fails_now_and_then_is_asked_once_a_span_not_every_tick() -> None:
     gpu = FakeGpu(power_mw=200_000)
-    fake = FakeNvml([gpu])
-    clock = Clock(fake)
-    src = NvmlSource(nvml=fake, energy_every_s=10.0, clock=clock)
+    fake, clock, src = metered(gpu, 10.0)
     src.read()
     gpu.lost.add(ENERGY)  # a transient failure (not "not supported"): keep asking, a span apart
     asked = fake.calls[ENERGY]

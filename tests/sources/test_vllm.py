@@ -257,25 +257,24 @@ def test_a_dropped_connection_costs_no_reading(
         src.close()
 
 
-def _restarted(text: str) -> str:
-    """The same page after a server restart: every counter and histogram back near zero."""
+def _counters_times(text: str, factor: float) -> str:
+    """The page with its request counter and TTFT histogram times ``factor``: below 1, the page
+    after a server restart (back near zero); above 1, the page later on."""
     out = []
     for line in text.splitlines():
         if line.startswith(("vllm:request_success_total", "vllm:time_to_first_token_seconds_")):
             name, value = line.rsplit(" ", 1)
-            line = f"{name} {float(value) / 4}"
+            line = f"{name} {float(value) * factor}"
         out.append(line)
     return "\n".join(out) + "\n"
+
+
+def _restarted(text: str) -> str:
+    return _counters_times(text, 1 / 4)
 
 
 def _grown(text: str) -> str:
-    out = []
-    for line in text.splitlines():
-        if line.startswith(("vllm:request_success_total", "vllm:time_to_first_token_seconds_")):
-            name, value = line.rsplit(" ", 1)
-            line = f"{name} {float(value) * 2}"
-        out.append(line)
-    return "\n".join(out) + "\n"
+    return _counters_times(text, 2)
 
 
 def test_a_server_restart_gives_sane_rates_through_the_window(
