@@ -22,6 +22,7 @@ import random
 import socket
 import sys
 import time
+from dataclasses import replace
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -386,17 +387,18 @@ def _read_body(
     return nbytes, end, first_kernel, error
 
 
-def run_session(user: FastHttpUser) -> None:
+def run_session(user: FastHttpUser, first: Prompt | None = None) -> None:
     """One conversation: each turn sends the history so far plus a new user message.
 
     The context grows by the last question and its real reply every turn, as a chat
-    client's does; a failed turn ends the session (a user would start over).
+    client's does; a failed turn ends the session (a user would start over). ``first``:
+    the first turn's prompt, when the caller chose it.
     """
     cfg = STATE.config
     assert cfg is not None and STATE.prompts is not None
     history: list[dict] = []
     for turn in range(1, cfg.turns + 1):
-        nxt = STATE.prompts.next()
+        nxt = first if turn == 1 and first is not None else STATE.prompts.next()
         if nxt.messages is not None:
             user_msg = dict(nxt.messages[-1])
         else:
@@ -426,10 +428,31 @@ class ClosedLoopUser(FastHttpUser):
     @task
     def one(self) -> None:
         cfg = STATE.config
+        first = None
+        if cfg is not None and cfg.dephase and not self.__dict__.get("_hr_started"):
+            self._hr_started = True
+            assert STATE.prompts is not None
+            first = _dephased(STATE.prompts.next())
         if cfg is not None and cfg.turns > 1:
-            run_session(self)
+            run_session(self, first)
         else:
-            stream_one(self)
+            stream_one(self, None, first)
+
+
+def _dephased(p: Prompt) -> Prompt:
+    """A user's first request, asking for a random share (uniform) of its reply's tokens.
+
+    A step starts its users together. With replies of one length they would finish together
+    and send again together, in waves, for the whole step: each wave's prompts reach the
+    engine at once and queue for prefill, a TTFT no user population sees (a real one is not
+    phase-locked). A closed loop's steady state has each user a uniform share of the way
+    through its request at any instant, so a first request of a uniform share of the length
+    starts the users there: their next requests are spread over one request's time, and
+    stay spread. Shortening rather than delaying keeps every user's request in flight, so
+    the step holds its concurrency throughout and the warm-up needs cover only one request.
+    A prompt's prefill is not shortened: with replies of a few tokens the spread is small.
+    """
+    return replace(p, max_tokens=1 + int(random.random() * p.max_tokens))
 
 
 class OpenLoopUser(FastHttpUser):
@@ -560,7 +583,8 @@ def _apply_step(cmd: dict, shape: StepShape, processes: int) -> None:
         shape.target = (processes, float(processes))
     else:
         users = int(cmd["concurrency"])
-        # Start every user at once: the sweep's warm-up covers the ramp.
+        # Start every user at once: the sweep's warm-up covers the ramp, and each user's
+        # first request (_dephased) spreads their later ones out.
         shape.target = (users, float(max(users, 1) * 100))
 
 
