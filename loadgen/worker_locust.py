@@ -387,18 +387,22 @@ def _read_body(
     return nbytes, end, first_kernel, error
 
 
-def run_session(user: FastHttpUser, first: Prompt | None = None) -> None:
+def run_session(user: FastHttpUser, last: int | None = None) -> None:
     """One conversation: each turn sends the history so far plus a new user message.
 
     The context grows by the last question and its real reply every turn, as a chat
-    client's does; a failed turn ends the session (a user would start over). ``first``:
-    the first turn's prompt, when the caller chose it.
+    client's does; a failed turn ends the session (a user would start over). ``last``:
+    end it at that turn instead, whose reply asks for a random share of its tokens
+    (a user's first conversation, to spread the users out: ``_dephased``).
     """
     cfg = STATE.config
     assert cfg is not None and STATE.prompts is not None
     history: list[dict] = []
-    for turn in range(1, cfg.turns + 1):
-        nxt = first if turn == 1 and first is not None else STATE.prompts.next()
+    turns = cfg.turns if last is None else last
+    for turn in range(1, turns + 1):
+        nxt = STATE.prompts.next()
+        if turn == last:
+            nxt = _dephased(nxt)
         if nxt.messages is not None:
             user_msg = dict(nxt.messages[-1])
         else:
@@ -410,7 +414,7 @@ def run_session(user: FastHttpUser, first: Prompt | None = None) -> None:
         if reply is None:
             return
         history = [*messages, {"role": "assistant", "content": reply}]
-        if turn < cfg.turns and cfg.think_time_s > 0:
+        if turn < turns and cfg.think_time_s > 0:
             gevent.sleep(cfg.think_time_s)
 
 
@@ -428,15 +432,15 @@ class ClosedLoopUser(FastHttpUser):
     @task
     def one(self) -> None:
         cfg = STATE.config
-        first = None
-        if cfg is not None and cfg.dephase and not self.__dict__.get("_hr_started"):
-            self._hr_started = True
-            assert STATE.prompts is not None
-            first = _dephased(STATE.prompts.next())
-        if cfg is not None and cfg.turns > 1:
-            run_session(self, first)
+        assert cfg is not None and STATE.prompts is not None
+        first = cfg.dephase and not self.__dict__.get("_hr_started")
+        self._hr_started = True
+        if cfg.turns > 1:
+            # The first conversation ends at a random turn, its last reply cut short: a
+            # conversation's history is then always whole replies.
+            run_session(self, random.randint(1, cfg.turns) if first else None)
         else:
-            stream_one(self, None, first)
+            stream_one(self, None, _dephased(STATE.prompts.next()) if first else None)
 
 
 def _dephased(p: Prompt) -> Prompt:
