@@ -452,9 +452,10 @@ def _dephased(p: Prompt) -> Prompt:
     phase-locked). A closed loop's steady state has each user a uniform share of the way
     through its request at any instant, so a first request of a uniform share of the length
     starts the users there: their next requests are spread over one request's time, and
-    stay spread. Shortening rather than delaying keeps every user's request in flight, so
-    the step holds its concurrency throughout and the warm-up needs cover only one request.
-    A prompt's prefill is not shortened: with replies of a few tokens the spread is small.
+    stay spread (but for users whose requests an engine takes in the same step: they stay
+    together). Shortening rather than delaying keeps every user's request in flight, so the
+    step holds its concurrency throughout and the warm-up need cover only one request. A
+    prompt's prefill is not shortened: with replies of a few tokens the spread is small.
     """
     return replace(p, max_tokens=1 + int(random.random() * p.max_tokens))
 
