@@ -54,6 +54,9 @@ class WorkerConfig(BaseModel):
     # Send each request in a trace of its own (a W3C traceparent header) for the engine's
     # spans to be joined with it (loadgen.otlp).
     trace_context: bool = False
+    # Closed loop: each user's first request asks for a random share of its reply's tokens,
+    # so that users started together do not send in waves (False: the old, phase-locked start).
+    dephase: bool = True
 
     @property
     def shares_prefixes(self) -> bool:

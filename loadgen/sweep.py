@@ -8,6 +8,7 @@ measured, so an interrupt or a crash loses nothing and ``--resume`` continues.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import socket
@@ -147,6 +148,7 @@ class Sweep:
             load_trace(w.trace_file, w.trace_time_unit_s) if w.trace_file else []
         )
         self._cycled_said = False
+        self._warmup_said = False
         self._speed_of = {mean_rate(self.trace) * x: x for x in (config.speeds or [1.0])}
         self.traces: TraceReceiver | None = None
         self._spans_said = False
@@ -255,6 +257,7 @@ class Sweep:
         window = self._window(start_m, end_m)
         step = self._measure(index, conc, rate, start_w, end_w, window)
         step = step.model_copy(update=self._traffic_figures(index, speed))
+        self._warmup_check(step, warmup)
         n, lost = self.probe.stalls(start_m, end_m)
         if n:
             update: dict = {"host_stalls": n, "host_stall_s": round(lost, 3)}
@@ -267,6 +270,28 @@ class Sweep:
                 update["invalid_reason"] = "; ".join(x for x in (earlier, why) if x)
             step = step.model_copy(update=update)
         return step
+
+    def _warmup_check(self, step: StepResult, warmup: float) -> None:
+        """Say once when a closed-loop step's warm-up was shorter than its median request.
+
+        A step's users start together and each first request asks for a random share of its
+        reply (worker_locust._dephased), so that their requests spread out; until those first
+        requests end, the load is still settling. They are in flight, so the hold
+        keeps its concurrency, but part of it measured the start.
+        """
+        e2e = step.e2e_p50_s
+        if self._warmup_said or step.concurrency is None or e2e is None or e2e <= warmup:
+            return
+        self._warmup_said = True
+        spread = "(first requests shortened to spread them out) " if self.cfg.worker.dephase else ""
+        # Twice the median: the first requests of a step queue behind each other.
+        msg = (
+            f"note: step {step.index}'s requests took {e2e:.1f} s (median), longer than its "
+            f"{warmup:g} s warm-up: the users' start {spread}ran into the hold; "
+            f"--warmup-seconds {math.ceil(2 * e2e):g} would cover it"
+        )
+        self.progress.message(msg)
+        self.notes.append(msg)
 
     def _traffic_figures(self, index: int, speed: float | None) -> dict:
         """What the step's traffic was, beside what it measured: speed, dataset cycling."""

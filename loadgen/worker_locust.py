@@ -22,6 +22,7 @@ import random
 import socket
 import sys
 import time
+from dataclasses import replace
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -386,17 +387,22 @@ def _read_body(
     return nbytes, end, first_kernel, error
 
 
-def run_session(user: FastHttpUser) -> None:
+def run_session(user: FastHttpUser, last: int | None = None) -> None:
     """One conversation: each turn sends the history so far plus a new user message.
 
     The context grows by the last question and its real reply every turn, as a chat
-    client's does; a failed turn ends the session (a user would start over).
+    client's does; a failed turn ends the session (a user would start over). ``last``:
+    end it at that turn instead, whose reply asks for a random share of its tokens
+    (a user's first conversation, to spread the users out: ``_dephased``).
     """
     cfg = STATE.config
     assert cfg is not None and STATE.prompts is not None
     history: list[dict] = []
-    for turn in range(1, cfg.turns + 1):
+    turns = cfg.turns if last is None else last
+    for turn in range(1, turns + 1):
         nxt = STATE.prompts.next()
+        if turn == last:
+            nxt = _dephased(nxt)
         if nxt.messages is not None:
             user_msg = dict(nxt.messages[-1])
         else:
@@ -408,7 +414,7 @@ def run_session(user: FastHttpUser) -> None:
         if reply is None:
             return
         history = [*messages, {"role": "assistant", "content": reply}]
-        if turn < cfg.turns and cfg.think_time_s > 0:
+        if turn < turns and cfg.think_time_s > 0:
             gevent.sleep(cfg.think_time_s)
 
 
@@ -426,10 +432,32 @@ class ClosedLoopUser(FastHttpUser):
     @task
     def one(self) -> None:
         cfg = STATE.config
-        if cfg is not None and cfg.turns > 1:
-            run_session(self)
+        assert cfg is not None and STATE.prompts is not None
+        first = cfg.dephase and not self.__dict__.get("_hr_started")
+        self._hr_started = True
+        if cfg.turns > 1:
+            # The first conversation ends at a random turn, its last reply cut short: a
+            # conversation's history is then always whole replies.
+            run_session(self, random.randint(1, cfg.turns) if first else None)
         else:
-            stream_one(self)
+            stream_one(self, None, _dephased(STATE.prompts.next()) if first else None)
+
+
+def _dephased(p: Prompt) -> Prompt:
+    """A user's first request, asking for a random share (uniform) of its reply's tokens.
+
+    A step starts its users together. With replies of one length they would finish together
+    and send again together, in waves, for the whole step: each wave's prompts reach the
+    engine at once and queue for prefill, a TTFT no user population sees (a real one is not
+    phase-locked). A closed loop's steady state has each user a uniform share of the way
+    through its request at any instant, so a first request of a uniform share of the length
+    starts the users there: their next requests are spread over one request's time, and
+    stay spread (but for users whose requests an engine takes in the same step: they stay
+    together). Shortening rather than delaying keeps every user's request in flight, so the
+    step holds its concurrency throughout and the warm-up need cover only one request. A
+    prompt's prefill is not shortened: with replies of a few tokens the spread is small.
+    """
+    return replace(p, max_tokens=1 + int(random.random() * p.max_tokens))
 
 
 class OpenLoopUser(FastHttpUser):
@@ -560,7 +588,8 @@ def _apply_step(cmd: dict, shape: StepShape, processes: int) -> None:
         shape.target = (processes, float(processes))
     else:
         users = int(cmd["concurrency"])
-        # Start every user at once: the sweep's warm-up covers the ramp.
+        # Start every user at once: the sweep's warm-up covers the ramp, and each user's
+        # first request (_dephased) spreads their later ones out.
         shape.target = (users, float(max(users, 1) * 100))
 
 

@@ -8,6 +8,8 @@
 #   bash src/bench/gpu/peer_h200.sh [LOADS] [HOLD_S] [BUDGET_S]
 # Everything worth keeping is under $OUT: peer_llamacpp_h200.txt (the table), peer-work.tar.gz
 # (each client's log and headroom's sweep.json, GuideLLM's scenario files, peer.json).
+# headroom's sweep reads the GPU through NVML (peer_llamacpp.py --nvml auto, on where nvidia-smi
+# lists a GPU): the table's last columns are its mean power and joules per output token.
 # For a dry run elsewhere: PEER_WORK (default /tmp/l30), PEER_SHAPE (make_llama_gguf.py's shape
 # flags, default Llama-3.2-1B's), PEER_PARALLEL (default 32), PEER_ARGS (more peer_llamacpp.py
 # flags, after the defaults: --input-tokens 64, say).

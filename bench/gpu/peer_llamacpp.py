@@ -3,7 +3,7 @@
     python bench/gpu/peer_llamacpp.py --tokenizer DIR (--target URL | --server BIN --model GGUF
         | --cpu-tiny) [--loads 1,4,16,32] [--input-tokens 256] [--output-tokens 256]
         [--warmup-s 5] [--hold-s 25] [--parallel 32] [--guidellm "python3 -m guidellm"]
-        [--out FILE] [--work DIR]
+        [--nvml auto|on|off] [--out FILE] [--work DIR]
 
 Both clients send the same requests: synthetic prompts of exactly --input-tokens tokens
 counted with the model's own tokenizer (DIR: the Hugging Face folder that
@@ -15,6 +15,8 @@ sweep --concurrency N --tokenizer DIR`, one step: a warm-up, then the hold), the
 excluded). Each client's figures are its own: headroom's step (output tokens/s over the hold,
 TTFT p50), GuideLLM's JSON report (output_tokens_per_second, time_to_first_token_ms p50),
 and each client's prompt and output tokens per request as the server's usage reported them.
+Where this host has a GPU (--nvml auto: nvidia-smi lists one), headroom's sweep also reads it
+through NVML (`--nvml`): the GPU's mean power and joules per output token over its hold.
 
 The server: a running one (--target), one started here on a GPU (--server/--model, every
 layer offloaded, --parallel slots), or --cpu-tiny, the tiny model with the BPE tokenizer
@@ -29,6 +31,7 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -105,6 +108,21 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+ENERGY = ("gpu_power_watts", "energy_per_token_joules", "tokens_per_joule", "energy_source")
+
+
+def gpu_here() -> bool:
+    """Whether nvidia-smi lists a GPU on this host (the sweep's --nvml then reads it)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return listed.returncode == 0 and "GPU" in listed.stdout
+
+
 def run_headroom(a: argparse.Namespace, url: str, load: int, work: Path) -> dict[str, Any]:
     out = work / f"headroom-{load}"
     cmd = [
@@ -114,6 +132,8 @@ def run_headroom(a: argparse.Namespace, url: str, load: int, work: Path) -> dict
         "--output-tokens", str(a.output_tokens), "--tokenizer", str(a.tokenizer),
         "--quiet", "--out", str(out),
     ]  # fmt: skip
+    if a.nvml_on:
+        cmd.append("--nvml")
     # This checkout first; what PYTHONPATH held (carried wheels on the GPU machine) after it.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONPATH=path)
@@ -135,7 +155,10 @@ def run_headroom(a: argparse.Namespace, url: str, load: int, work: Path) -> dict
         "errors": step["requests_failed"],
         "prompt_tokens": step.get("served_prompt_tokens_mean"),
         "output_tokens": step.get("served_completion_tokens_mean"),
-        "notes": [n for n in result.get("notes", []) if "exact" in n or "token" in n][:2],
+        # Energy over the hold, from the GPUs NVML reads (None without --nvml or a counter).
+        **{k: step.get(k) for k in ENERGY},
+        "notes": [n for n in result.get("notes", []) if "exact" in n or "token" in n][:2]
+        + [n for n in result.get("notes", []) if "NVML" in n or "energy" in n][:2],
         "wall_s": round(time.monotonic() - t0, 1),
         "cpu_s": round(cpu, 1),  # the client's processes, start-up included
     }
@@ -237,6 +260,7 @@ def _ratio(x: float | None, y: float | None) -> float | None:
 
 
 def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, check: str) -> str:
+    read = any((r.get("headroom") or {}).get("energy_per_token_joules") for r in rows)
     lines = [
         "headroom sweep beside GuideLLM on one llama-server, load by load (bench/gpu/peer_llamacpp.py)",
         f"server: {server_desc}",
@@ -248,11 +272,20 @@ def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, c
         "the first with headroom first, the next with GuideLLM first, and so on; "
         "server tok/s: llama.cpp's own tokens_predicted_total over each client's window; "
         "gl cached: prompt tokens per request the server took from its cache",
+        "energy (headroom's sweep only): "
+        + (
+            "the GPU read through NVML (headroom sweep --nvml), its mean power and joules per "
+            "output token over the hold"
+            + ("" if read else "; none came back (the sweeps' notes, in peer.json, say why)")
+            if a.nvml_on
+            else "not read (no GPU listed by nvidia-smi here, or --nvml off)"
+        ),
         "",
         f"{'load':>4} {'rnd':>3} {'headroom tok/s':>14} {'guidellm tok/s':>14} {'ratio':>6} "
         f"{'headroom TTFT p50':>17} {'guidellm TTFT p50':>17} {'ratio':>6}   "
         f"{'in/out per req (hr | gl)':<26} {'gl cached':>9} {'reqs hr/gl':>11}   "
-        f"{'server tok/s hr | gl':>21} {'ITL p50 hr | gl':>19} {'client CPU s/wall s hr | gl':>28}",
+        f"{'server tok/s hr | gl':>21} {'ITL p50 hr | gl':>19} {'client CPU s/wall s hr | gl':>28}"
+        f"  {'hr GPU W':>8} {'hr J/token':>10}",
     ]
     for r in rows:
         h, g = r.get("headroom") or {}, r.get("guidellm") or {}
@@ -269,6 +302,10 @@ def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, c
             f"{num(h.get('prompt_tokens'), '.0f')}/{num(h.get('output_tokens'), '.0f')} | "
             f"{num(g.get('prompt_tokens'), '.0f')}/{num(g.get('output_tokens'), '.0f')}"
         )
+        cpu = (
+            f"{num(h.get('cpu_s'), '.0f'):>6}/{num(h.get('wall_s'), '.0f'):<4} | "
+            f"{num(g.get('cpu_s'), '.0f')}/{num(g.get('wall_s'), '.0f')}"
+        )
         lines.append(
             f"{r['load']:>4} {r['round']:>3} {num(h.get('tok_s'), ',.1f'):>14} {num(g.get('tok_s'), ',.1f'):>14} "
             f"{num(tr, '.3f'):>6} {ms(h.get('ttft_p50_s')):>17} {ms(g.get('ttft_p50_s')):>17} "
@@ -276,8 +313,8 @@ def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, c
             f"{h.get('requests', '-')!s:>5}/{g.get('requests', '-')!s:<5}   "
             f"{num(h.get('server_tok_s'), ',.1f'):>10} | {num(g.get('server_tok_s'), ',.1f'):<8} "
             f"{ms(h.get('itl_p50_s')):>8} | {ms(g.get('itl_p50_s')):<8} "
-            f"{num(h.get('cpu_s'), '.0f'):>6}/{num(h.get('wall_s'), '.0f'):<4} | "
-            f"{num(g.get('cpu_s'), '.0f')}/{num(g.get('wall_s'), '.0f')}"
+            f"{cpu:<28}  {num(h.get('gpu_power_watts'), '.1f'):>8} "
+            f"{num(h.get('energy_per_token_joules'), '.4f'):>10}"
         )
         for who in ("headroom", "guidellm"):
             if r.get(f"{who}_error"):
@@ -325,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="the table (also printed)")
     p.add_argument("--deadline", type=float, default=0.0, help="epoch seconds; 0: none")
     p.add_argument("--work", type=Path, default=Path("/tmp/peer-llamacpp"))
+    p.add_argument("--nvml", choices=("auto", "on", "off"), default="auto",
+                   help="headroom's sweep reads this host's GPUs through NVML for energy per "
+                   "token (auto: when nvidia-smi lists a GPU)")  # fmt: skip
     a = p.parse_args(argv)
+    a.nvml_on = a.nvml == "on" or (a.nvml == "auto" and gpu_here())
     if not a.cpu_tiny and not (a.tokenizer / "tokenizer.json").is_file():
         print(f"peer_llamacpp: no tokenizer.json in {a.tokenizer}", file=sys.stderr)
         return 1

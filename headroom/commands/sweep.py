@@ -99,6 +99,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--no-ignore-eos", action="store_true", help="do not send ignore_eos (non-vLLM servers)"
     )
     p.add_argument("--no-usage", action="store_true", help="do not ask for usage in the stream")
+    p.add_argument("--no-dephase", action="store_true",
+                   help="closed loop: start a step's users in step, as before (with replies of "
+                   "one length they then send in waves); by default each user's first request "
+                   "asks for a random share of its reply, spreading their requests out")  # fmt: skip
     p.add_argument(
         "--request-timeout",
         default=120.0,
@@ -248,6 +252,7 @@ def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=
         trace_file=str(Path(args.trace).resolve()) if args.trace else None,
         trace_time_unit_s=0.001 if args.trace_time_unit == "ms" else 1.0,
         trace_block_tokens=args.trace_block_tokens,
+        dephase=not args.no_dephase,
         **extra,
     )
     return SweepConfig(
