@@ -40,6 +40,8 @@ CAUSE_OF = {
     "ctx_size": "kv-cap",
 }
 FLOAT_KNOBS = {"gpu_memory_utilization"}
+# The sweep's causes that name the GPU itself (no knob moves them).
+GPU_CAUSES = ("compute-bound", "memory-bound")
 # Placeholders the tune fills itself.
 PORT = "port"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -226,16 +228,33 @@ def _steps_from_knee(sweep: Mapping[str, Any], knee: float | None) -> list[dict[
 
 
 def _whatif_for(
-    sweep: Mapping[str, Any], knee: float | None, knob: str
-) -> tuple[list[dict[str, Any]], int] | None:
-    """The what-if at the knee (the knee's own step first) whose first change moves ``knob``,
-    with the changes after it, and the step it was taken at."""
-    want = WHATIF_KNOB[knob]
+    sweep: Mapping[str, Any], knee: float | None, knob: KnobSpec, knobs: Sequence[KnobSpec]
+) -> tuple[list[dict[str, Any]], int, KnobSpec] | None:
+    """The what-if at the knee (the knee's own step first) with a change that moves ``knob``:
+    from that change on, with the changes after it, the step it was taken at, and the knob
+    its first change moves. A change on top of one before it (where two caps bind together:
+    raising either alone buys nothing) is made with that one, from the chain's first change,
+    where its knob is given too."""
+    want = WHATIF_KNOB[knob.name]
     for s in _steps_from_knee(sweep, knee):
         chain = [w for w in s.get("whatif") or [] if w.get("proposed") is not None]
         for i, w in enumerate(chain):
-            if w.get("knob") == want:
-                return chain[i:], s["concurrency"]
+            if w.get("knob") != want:
+                continue
+            lead = next((x for x in knobs if WHATIF_KNOB[x.name] == chain[0].get("knob")), None)
+            if i and lead is not None:
+                return chain, s["concurrency"], lead
+            return chain[i:], s["concurrency"], knob
+    return None
+
+
+def _blind_spent(run: Mapping[str, Any], before: Mapping[str, Any] | None) -> str | None:
+    """Where the change that led here was made on the engine's what-if alone (a decision with
+    a note) and measured a gain under MIN_GAIN: in words, else None."""
+    blind = before is not None and (before.get("decision") or {}).get("note")
+    was, now_tok = (before or {}).get("throughput_tok_s"), run.get("throughput_tok_s")
+    if blind and was and now_tok is not None and now_tok < was * MIN_GAIN:
+        return f"the change made past the last one measured x{now_tok / was:.2f} (< {MIN_GAIN}x)"
     return None
 
 
@@ -322,13 +341,9 @@ def decide(
         return Decision(stop="the sweep found no knee (raise --max-concurrency)")
     note = None
     if cause == "client-limited":
-        blind = before is not None and (before.get("decision") or {}).get("note")
-        was, now_tok = (before or {}).get("throughput_tok_s"), run.get("throughput_tok_s")
-        if blind and was and now_tok is not None and now_tok < was * MIN_GAIN:
-            return Decision(
-                stop=f"the load generator set the knee again, and the change made past the "
-                f"last one measured x{now_tok / was:.2f} (< {MIN_GAIN}x)"
-            )
+        spent = _blind_spent(run, before)
+        if spent is not None:
+            return Decision(stop=f"the load generator set the knee again, and {spent}")
         named = _knobs_at_knee(sweep, k, knobs)
         if not named:
             return Decision(stop="the load generator was the limit at the knee (client-limited), "
@@ -337,6 +352,20 @@ def decide(
                 "chose this change; the next run measures it")  # fmt: skip
     else:
         named = [x for x in knobs if CAUSE_OF[WHATIF_KNOB[x.name]] == cause]
+        if not named and cause in GPU_CAUSES:
+            # The GPU busy at a knee where a cap holds the requests (running at the cap, the
+            # rest waiting): the sweep names the GPU, while the engine's what-if there has a
+            # cap binding before the GPU's knee and a change for it (it proposes none where
+            # the GPU binds first). Followed, and measured: one that gained under MIN_GAIN
+            # ends the tune.
+            spent = _blind_spent(run, before)
+            if spent is not None:
+                return Decision(stop=f"the sweep named {cause} again, and {spent}")
+            named = _knobs_at_knee(sweep, k, knobs)
+            if named:
+                note = (f"the sweep named {cause} at the knee, the engine's what-if there a "
+                        "cap before the GPU's knee: it chose this change; the next run "
+                        "measures it")  # fmt: skip
     if not named:
         given = ", ".join(x.name for x in knobs)
         return Decision(
@@ -351,22 +380,23 @@ def decide(
         if knob in after:
             note = (f"the what-if at the knee names {knob.name}, the cause ({cause}) a knob "
                     "it has no change for; the next run measures it")  # fmt: skip
-        now = current[knob.name]
-        if knob.bound is not None and now >= knob.bound:
+        if knob.bound is not None and current[knob.name] >= knob.bound:
             reasons.append(f"{knob.name} is at its bound {knob.bound:g}")
             continue
-        found = _whatif_for(sweep, k, knob.name)
+        found = _whatif_for(sweep, k, knob, knobs)
         if found is None:
             reasons.append(f"no what-if for {knob.name} at the knee")
             continue
-        chain, at = found
+        chain, at, knob = found
+        now = current[knob.name]
         w = chain[0]
         p = w.get("predicted") or {}
         gain = float(p.get("gain") or 0.0)
         target = _target(w, now)
         to = _clip(knob, target)
         if to <= now:
-            reasons.append(f"{knob.name} is at its bound {knob.bound:g}")
+            bound = f"its bound {knob.bound:g}" if knob.bound is not None else "the value proposed"
+            reasons.append(f"{knob.name} is at {bound}")
             continue
         also: list[dict[str, Any]] = []
         if to < target and target > now:
