@@ -8,6 +8,7 @@ what-if entry for it at the knee, the value to try (clipped to the bound), and w
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from monitor.core.errors import ConfigError
 
 # A change predicted to gain less than this ends the tune (the what-if's own MIN_GAIN).
 MIN_GAIN = 1.05
+# Past the GPU's knee where caps bind with it: caps within this of the running sequences
+# (limits.MARGIN) are raised together by this much (whatif.STEP).
+MARGIN = 1.2
+STEP = 2.0
 
 # A knob the user names, as the what-if names it (the engines spell one setting differently:
 # vLLM's --num-gpu-blocks-override, the simulator's num_blocks; llama.cpp's --parallel).
@@ -258,6 +263,94 @@ def _blind_spent(run: Mapping[str, Any], before: Mapping[str, Any] | None) -> st
     return None
 
 
+def _step_growth(sweep: Mapping[str, Any], knee: float) -> tuple[float, int, int] | None:
+    """How a step lengthens with the sequences running, fitted to the sweep's own two
+    highest steps up to the knee: a step takes running / tokens-per-second, and grows as
+    running ** exponent between them. (exponent, the two steps' concurrencies), or None."""
+    steps = sorted(
+        (s for s in sweep.get("steps") or []
+         if s.get("valid") and s.get("concurrency") and s["concurrency"] <= knee
+         and (s.get("running_mean") or 0.0) > 0 and (s.get("output_tokens_per_s") or 0.0) > 0),
+        key=lambda s: s["concurrency"],
+    )  # fmt: skip
+    hi = steps[-1] if steps else None
+    lo = next(
+        (s for s in steps[::-1] if hi and s["running_mean"] * 1.3 <= hi["running_mean"]), None
+    )
+    if hi is None or lo is None:
+        return None
+    t_lo = lo["running_mean"] / lo["output_tokens_per_s"]
+    t_hi = hi["running_mean"] / hi["output_tokens_per_s"]
+    exponent = math.log(t_hi / t_lo) / math.log(hi["running_mean"] / lo["running_mean"])
+    return min(max(exponent, 0.0), 1.0), lo["concurrency"], hi["concurrency"]
+
+
+def _past_the_gpu_knee(
+    sweep: Mapping[str, Any],
+    run: Mapping[str, Any],
+    knobs: Sequence[KnobSpec],
+    current: Mapping[str, float],
+    cause: str,
+) -> Decision | None:
+    """The GPU named at a knee where caps bind too (within MARGIN of the running sequences,
+    by the knee's headroom figure) and the what-if, whose step model puts the GPU's knee at
+    or before them, proposes nothing. A GPU's knee is soft, and how far it still gives is
+    measured below it: the caps' knobs doubled together, the gain read off the step's growth
+    with the sequences over the sweep's own highest steps (not the GPU's activity). Made where
+    that gain is MIN_GAIN or more; the next run measures it, and one that gained less ends the
+    tune."""
+    k = run.get("saturation_concurrency")
+    knee = next((s for s in _steps_from_knee(sweep, k) if s.get("headroom")), None)
+    fit = None if k is None else _step_growth(sweep, k)
+    if knee is None or fit is None:
+        return None
+    limits = knee["headroom"].get("limits") or {}
+    bound_now = {c: f for c, f in limits.items() if c in CAUSE_OF.values() and f <= MARGIN}
+    moves = []
+    for knob in knobs:
+        cap = CAUSE_OF[WHATIF_KNOB[knob.name]]
+        if cap not in bound_now or knob.name in FLOAT_KNOBS or knob.name in ("ctx_size",):
+            continue
+        now = current[knob.name]
+        to = _clip(knob, now * STEP)
+        if to > now:
+            moves.append((knob, now, to, bound_now[cap] * to / now))
+    if not moves:
+        return None
+    raised = {CAUSE_OF[WHATIF_KNOB[m[0].name]] for m in moves}
+    # The running sequences once made: the lowest of the raised caps and any cap not raised.
+    f_new = min([m[3] for m in moves] + [f for c, f in limits.items()
+                                         if c in CAUSE_OF.values() and c not in raised])  # fmt: skip
+    f_now = max(1.0, min(bound_now.values()))
+    exponent, lo, hi = fit
+    gain = (f_new / f_now) ** (1.0 - exponent)
+    if gain < MIN_GAIN:
+        return None
+    first, *rest = moves
+    limit = min(raised, key=lambda c: next(m[3] for m in moves
+                                           if CAUSE_OF[WHATIF_KNOB[m[0].name]] == c))  # fmt: skip
+    entry = {
+        "knob": WHATIF_KNOB[first[0].name], "current": _value(first[0], first[1]),
+        "proposed": _value(first[0], first[2]),
+        "predicted": {"limit": limit, "gain": round(gain, 3)},
+        "basis": {"measured": [f"a step grows as running ** {exponent:.2f} between the "
+                               f"sweep's steps at {lo:g} and {hi:g}"],
+                  "assumed": ["the step keeps growing so past the knee"]},
+    }  # fmt: skip
+    base = run.get("throughput_tok_s") or 0.0
+    return Decision(
+        knob=first[0].name, current=_value(first[0], first[1]), proposed=_value(first[0], first[2]),
+        to=_value(first[0], first[2]), gain=round(gain, 3), predicted_tok_s=round(base * gain, 1),
+        whatif=entry, step_concurrency=knee["concurrency"],
+        also=[{"knob": m[0].name, "current": _value(m[0], m[1]), "proposed": _value(m[0], m[2]),
+               "to": _value(m[0], m[2]), "limit": limit} for m in rest] or None,
+        note=(f"the sweep named {cause} at the knee, where "
+              f"{' and '.join(sorted(raised))} bind too and the what-if (its GPU's knee at "
+              f"them) proposes nothing: a step grew as running ** {exponent:.2f} up to the "
+              "knee, so the caps are doubled together; the next run measures it"),
+    )  # fmt: skip
+
+
 def _knobs_at_knee(
     sweep: Mapping[str, Any], knee: float | None, knobs: Sequence[KnobSpec]
 ) -> list[KnobSpec]:
@@ -366,6 +459,10 @@ def decide(
                 note = (f"the sweep named {cause} at the knee, the engine's what-if there a "
                         "cap before the GPU's knee: it chose this change; the next run "
                         "measures it")  # fmt: skip
+            else:
+                fitted = _past_the_gpu_knee(sweep, run, knobs, current, cause)
+                if fitted is not None:
+                    return fitted
     if not named:
         given = ", ".join(x.name for x in knobs)
         return Decision(

@@ -23,17 +23,23 @@ TRAFFIC = {"prompt_tokens": 128, "prompt_jitter": 0.0, "output_tokens": 32, "out
 
 def test_kv_cap_box_both_caps_doubled_together_past_a_gpu_named_knee() -> None:
     knobs = plan.parse_knobs(["num_blocks=320:2560", "max_num_seqs=64:256"], grid=False)
-    t = tune(build("kv-cap", load=TRAFFIC), knobs, max_runs=3, warmup_s=5.0, window_s=5.0)
+    t = tune(build("kv-cap", load=TRAFFIC), knobs, max_runs=4, warmup_s=5.0, window_s=5.0)
     path = [r["knobs"] for r in t["runs"]]
     assert path == [{"num_blocks": 320, "max_num_seqs": 64},
                     {"num_blocks": 640, "max_num_seqs": 64},
-                    {"num_blocks": 1280, "max_num_seqs": 128}]  # fmt: skip
-    r0, r1, r2 = t["runs"]
+                    {"num_blocks": 1280, "max_num_seqs": 128},
+                    {"num_blocks": 2560, "max_num_seqs": 256}]  # fmt: skip
+    r0, r1, r2, r3 = t["runs"]
     # At 640 / 64 the GPU is named, the engine's what-if leads with the pair: followed, noted.
     assert r1["cause"] in plan.GPU_CAUSES and "what-if" in r1["decision"]["note"]
     # The doubling of both bought a third more tokens, as the what-if said within 0.8-1.25.
     assert r2["throughput_tok_s"] > 1.25 * r1["throughput_tok_s"]
-    assert 0.8 <= t["predictions"][-1]["ratio"] <= 1.25
+    # At 1280 / 128 the what-if puts the GPU's knee at the caps and proposes nothing; the
+    # step's growth over the sweep's own steps says the knee still gives: both doubled again,
+    # and the box gave more still (the grid's best on this box: 2560 / 256).
+    assert r2["cause"] in plan.GPU_CAUSES and "running **" in r2["decision"]["note"]
+    assert r3["throughput_tok_s"] > 1.1 * r2["throughput_tok_s"]
+    assert all(0.8 <= p["ratio"] <= 1.25 for p in t["predictions"][1:])
 
 
 def test_two_caps_that_bind_together_are_raised_as_a_pair_by_a_doubling() -> None:
@@ -108,3 +114,24 @@ def test_a_gpu_named_knee_follows_the_engine_s_what_if_until_a_change_gains_noth
         s["whatif"] = []
     d3 = plan.decide(bare, _run(bare), knobs, NOW)
     assert d3.knob is None and "memory-bound, has no knob" in d3.stop
+
+
+def test_past_a_gpu_named_knee_the_caps_bound_with_it_are_doubled_by_the_measured_growth() -> None:
+    knobs = plan.parse_knobs(KNOBS, False)
+    sweep = _sweep("compute-bound")
+    # The what-if has nothing (its step model puts the GPU's knee at the caps); the knee's
+    # headroom figure has both caps bound; a step grew as running ** 0.5 from 32 to 64.
+    for s in sweep["steps"]:
+        s["whatif"] = []
+        s["running_mean"] = float(min(s["concurrency"], 64))
+        s["headroom"] = {"limits": {"seq-cap": 1.0, "kv-cap": 1.08, "compute": 1.0}}
+    sweep["steps"][0]["output_tokens_per_s"] = 4000.0 / 2**0.5
+    sweep["steps"][1]["output_tokens_per_s"] = 4000.0
+    d = plan.decide(sweep, _run(sweep, 4000.0), knobs, NOW)
+    assert (d.knob, d.to) == ("num_blocks", 1280)
+    assert [(c["knob"], c["to"]) for c in d.also or []] == [("max_num_seqs", 128)]
+    assert abs(d.gain - 2**0.5) < 0.01 and "running ** 0.50" in d.note
+    # A step that grew with the sequences as fast as they came (the GPU's knee reached): stop.
+    sweep["steps"][0]["output_tokens_per_s"] = 4000.0
+    d = plan.decide(sweep, _run(sweep, 4000.0), knobs, NOW)
+    assert d.knob is None and "compute-bound, has no knob" in d.stop
