@@ -218,6 +218,9 @@ class Decision:
     # (client-limited), so the engine's what-if at the knee chose it and the next run's
     # measurement decides.
     note: str | None = None
+    # How a step grew with the sequences over the sweep's own steps up to the knee, where the
+    # gain was read from it ({exponent, steps: [concurrency, concurrency]}).
+    step_growth: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
@@ -285,6 +288,12 @@ def _step_growth(sweep: Mapping[str, Any], knee: float) -> tuple[float, int, int
     return min(max(exponent, 0.0), 1.0), lo["concurrency"], hi["concurrency"]
 
 
+def _steps_assumed_flat(w: Mapping[str, Any]) -> bool:
+    """The what-if read no GPU and assumed steps that do not lengthen with the batch."""
+    assumed = (w.get("basis") or {}).get("assumed") or []
+    return any("no GPU activity read" in a for a in assumed)
+
+
 def _past_the_gpu_knee(
     sweep: Mapping[str, Any],
     run: Mapping[str, Any],
@@ -342,6 +351,7 @@ def _past_the_gpu_knee(
         knob=first[0].name, current=_value(first[0], first[1]), proposed=_value(first[0], first[2]),
         to=_value(first[0], first[2]), gain=round(gain, 3), predicted_tok_s=round(base * gain, 1),
         whatif=entry, step_concurrency=knee["concurrency"],
+        step_growth={"exponent": round(exponent, 3), "steps": [lo, hi]},
         also=[{"knob": m[0].name, "current": _value(m[0], m[1]), "proposed": _value(m[0], m[2]),
                "to": _value(m[0], m[2]), "limit": limit} for m in rest] or None,
         note=(f"the sweep named {cause} at the knee, where "
@@ -502,13 +512,24 @@ def decide(
         else:
             also, more = _also(chain, knobs, current, knob.name)
             gain *= more
+        growth = None
+        fit = _step_growth(sweep, k) if k is not None and _steps_assumed_flat(w) else None
+        if fit is not None:
+            # The what-if read no GPU (vLLM's CPU build): it assumes steps that do not
+            # lengthen with the batch, so its gain is the sequences' own factor. A CPU
+            # engine's steps do lengthen: the gain at the step's growth measured over the
+            # sweep's own steps up to the knee (running ** e: the factor ** (1 - e)).
+            gain = gain ** (1.0 - fit[0])
+            growth = {"exponent": round(fit[0], 3), "steps": [fit[1], fit[2]]}
         if gain < MIN_GAIN:
             reasons.append(
                 f"{knob.name} {now:g} -> {to:g} is predicted to gain {gain:.2f}x (< {MIN_GAIN}x)"
+                + (f", a step growing as running ** {fit[0]:.2f}" if fit is not None else "")
             )
             continue
         base = run.get("throughput_tok_s") or 0.0
         return Decision(
+            step_growth=growth,
             knob=knob.name,
             current=_value(knob, now),
             proposed=_value(knob, float(w["proposed"])),

@@ -135,3 +135,43 @@ def test_past_a_gpu_named_knee_the_caps_bound_with_it_are_doubled_by_the_measure
     sweep["steps"][0]["output_tokens_per_s"] = 4000.0
     d = plan.decide(sweep, _run(sweep, 4000.0), knobs, NOW)
     assert d.knob is None and "compute-bound, has no knob" in d.stop
+
+
+def _cpu_sweep(tok_at_2: float) -> dict:
+    # vLLM's CPU build at max_num_seqs 4: the what-if read no GPU and assumes flat steps.
+    w = {
+        "knob": "max_num_seqs",
+        "current": 4,
+        "proposed": 8,
+        "predicted": {"gain": 2.0, "limit": "seq-cap"},
+        "basis": {"assumed": ["steps do not lengthen with the batch (no GPU activity read)"]},
+    }
+    tok = {1: 100.0, 2: tok_at_2, 4: 200.0, 8: 200.0}
+    steps = [
+        {
+            "concurrency": c,
+            "valid": True,
+            "output_tokens_per_s": t,
+            "running_mean": float(min(c, 4)),
+            "whatif": [dict(w)],
+        }
+        for c, t in tok.items()
+    ]
+    sat = {"reached": True, "concurrency": 4, "output_tokens_per_s": 200.0, "cause": "seq-cap"}
+    return {"steps": steps, "saturation": sat, "goodput": None}  # fmt: skip
+
+
+def test_without_a_gpu_reading_the_gain_is_read_at_the_step_growth_the_sweep_measured() -> None:
+    knobs = plan.parse_knobs(["max_num_seqs=4:16"], False)
+    now = {"max_num_seqs": 4}
+    # From 2 to 4 running the tokens grew 1.41x: a step grew as running ** 0.5.
+    sweep = _cpu_sweep(200.0 / 2**0.5)
+    run = {"index": 0, "status": "ok", "knobs": now, **plan.summarise(sweep)}
+    d = plan.decide(sweep, run, knobs, now)
+    assert (d.knob, d.to) == ("max_num_seqs", 8)
+    assert abs(d.gain - 2**0.5) < 0.01 and d.step_growth == {"exponent": 0.5, "steps": [2, 4]}
+    # The engine's cores already full at 2 running (no more tokens at 4): nothing to gain.
+    sweep = _cpu_sweep(200.0)
+    run = {"index": 0, "status": "ok", "knobs": now, **plan.summarise(sweep)}
+    d = plan.decide(sweep, run, knobs, now)
+    assert d.knob is None and "gain 1.00x" in d.stop and "running ** 1.00" in d.stop
