@@ -541,7 +541,7 @@ def decide(
             also=also or None,
             note=note,
         )
-    return Decision(stop="; ".join(reasons))
+    return Decision(stop="; ".join(dict.fromkeys(reasons)))
 
 
 def prediction_row(prev: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -175,3 +175,13 @@ def test_without_a_gpu_reading_the_gain_is_read_at_the_step_growth_the_sweep_mea
     run = {"index": 0, "status": "ok", "knobs": now, **plan.summarise(sweep)}
     d = plan.decide(sweep, run, knobs, now)
     assert d.knob is None and "gain 1.00x" in d.stop and "running ** 1.00" in d.stop
+
+
+def test_a_pair_s_lead_at_its_bound_is_said_once() -> None:
+    # The vLLM-CPU tune's last stop read "max_num_seqs is at its bound 8" twice: once for the
+    # cause's knob, once for the blocks, whose change rides on it.
+    knobs = plan.parse_knobs(["num_blocks=320:640", "max_num_seqs=64:256"], False)
+    sweep = _sweep("kv-cap")
+    now = {"num_blocks": 640, "max_num_seqs": 64}
+    d = plan.decide(sweep, _run(sweep), knobs, now)
+    assert d.stop == "num_blocks is at its bound 640"
