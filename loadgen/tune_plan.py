@@ -221,6 +221,9 @@ class Decision:
     # How a step grew with the sequences over the sweep's own steps up to the knee, where the
     # gain was read from it ({exponent, steps: [concurrency, concurrency]}).
     step_growth: dict[str, Any] | None = None
+    # A pair made in one relaunch whose first change stopped short of a doubling: both
+    # values stretched by this ratio (the what-if's ``proposed`` stays as it said).
+    stretch: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
@@ -286,6 +289,49 @@ def _step_growth(sweep: Mapping[str, Any], knee: float) -> tuple[float, int, int
     t_hi = hi["running_mean"] / hi["output_tokens_per_s"]
     exponent = math.log(t_hi / t_lo) / math.log(hi["running_mean"] / lo["running_mean"])
     return min(max(exponent, 0.0), 1.0), lo["concurrency"], hi["concurrency"]
+
+
+def _knee_limits(sweep: Mapping[str, Any], knee: float | None) -> Mapping[str, float]:
+    """The knee's headroom figure's limits (factors on its running sequences), or none."""
+    step = next((s for s in _steps_from_knee(sweep, knee) if s.get("headroom")), None)
+    return dict((step or {}).get("headroom", {}).get("limits") or {})
+
+
+def _stretch(
+    knob: KnobSpec,
+    now: float,
+    to: float,
+    also: list[dict[str, Any]],
+    knobs: Sequence[KnobSpec],
+    limits: Mapping[str, float],
+) -> tuple[float, list[dict[str, Any]], float]:
+    """A pair made in one relaunch whose first change stops short of a doubling: the
+    what-if sized it just past the cap the second change raises, for a user who makes it
+    alone. Made together, both are stretched by one ratio toward the first's doubling, short
+    of any other limit (the knee's headroom figure, by MARGIN) and within their bounds: a
+    launch saved. (new first value, the second change, the ratio made; 1.0: unchanged.)"""
+    second = also[0]
+    spec = next((x for x in knobs if x.name == second["knob"]), None)
+    if spec is None or not to or not second.get("to"):
+        return to, also, 1.0
+    r = STEP * now / to
+    mine = CAUSE_OF[WHATIF_KNOB[knob.name]]
+    pair = {mine, CAUSE_OF[WHATIF_KNOB[spec.name]]}
+    others = [f for c, f in limits.items() if c not in pair]
+    if others and limits.get(mine):
+        # The pair's limit once made: the first cap's factor grown by its change.
+        r = min(r, MARGIN * min(others) * now / (limits[mine] * to))
+    for k, v in ((knob, to), (spec, float(second["to"]))):
+        if k.bound is not None:
+            r = min(r, k.bound / v)
+    if r <= 1.0 or knob.name in FLOAT_KNOBS or spec.name in FLOAT_KNOBS:
+        return to, also, 1.0
+    new_to = _clip(knob, to * r)
+    new_second = _clip(spec, math.ceil(float(second["to"]) * r - 1e-9))
+    made = min(new_to / to, new_second / float(second["to"]))
+    if made <= 1.0:
+        return to, also, 1.0
+    return new_to, [{**second, "to": _value(spec, new_second)}, *also[1:]], made
 
 
 def _steps_assumed_flat(w: Mapping[str, Any]) -> bool:
@@ -512,8 +558,15 @@ def decide(
         else:
             also, more = _also(chain, knobs, current, knob.name)
             gain *= more
+        stretch = None
+        measured = _step_growth(sweep, k) if k is not None else None
+        if also and measured is not None:
+            to, also, r = _stretch(knob, now, to, also, knobs, _knee_limits(sweep, k))
+            if r > 1.0:
+                stretch = round(r, 3)
+                gain *= r if _steps_assumed_flat(w) else r ** (1.0 - measured[0])
         growth = None
-        fit = _step_growth(sweep, k) if k is not None and _steps_assumed_flat(w) else None
+        fit = measured if _steps_assumed_flat(w) else None
         if fit is not None:
             # The what-if read no GPU (vLLM's CPU build): it assumes steps that do not
             # lengthen with the batch, so its gain is the sequences' own factor. A CPU
@@ -530,6 +583,7 @@ def decide(
         base = run.get("throughput_tok_s") or 0.0
         return Decision(
             step_growth=growth,
+            stretch=stretch,
             knob=knob.name,
             current=_value(knob, now),
             proposed=_value(knob, float(w["proposed"])),

@@ -185,3 +185,35 @@ def test_a_pair_s_lead_at_its_bound_is_said_once() -> None:
     now = {"num_blocks": 640, "max_num_seqs": 64}
     d = plan.decide(sweep, _run(sweep), knobs, now)
     assert d.stop == "num_blocks is at its bound 640"
+
+
+def test_a_pair_made_together_is_stretched_to_the_first_knob_s_doubling() -> None:
+    # The vLLM-CPU tune at max_num_seqs 4 and 10 blocks: the what-if sized the cap just past
+    # the KV cache's fill (4 -> 7, the cache 1.35x behind) and the blocks just past that
+    # (10 -> 16); made in one relaunch, both go to the cap's doubling, a launch saved.
+    sweep = _cpu_sweep(200.0 / 2**0.5)
+    pair = [
+        {"knob": "max_num_seqs", "current": 4, "proposed": 7,
+         "predicted": {"gain": 1.35, "limit": "kv-cap"}},
+        {"knob": "num_gpu_blocks", "current": 10, "proposed": 16,
+         "predicted": {"gain": 1.3, "limit": "seq-cap"}},
+    ]  # fmt: skip
+    for s in sweep["steps"]:
+        s["whatif"] = copy.deepcopy(pair)
+        s["headroom"] = {"limits": {"seq-cap": 1.0, "kv-cap": 1.35}}
+    knobs = plan.parse_knobs(["max_num_seqs=2:8", "num_gpu_blocks_override=10:40"], False)
+    now = {"max_num_seqs": 4, "num_gpu_blocks_override": 10}
+    run = {"index": 1, "status": "ok", "knobs": now, **plan.summarise(sweep)}
+    d = plan.decide(sweep, run, knobs, now)
+    assert (d.knob, d.proposed, d.to) == ("max_num_seqs", 7, 8)
+    assert [(c["knob"], c["proposed"], c["to"]) for c in d.also or []] == [
+        ("num_gpu_blocks_override", 16, 19)
+    ]
+    # The gain grows by the stretch at the step's growth the sweep measured (running ** 0.5).
+    assert d.stretch == round(8 / 7, 3)
+    assert abs(d.gain - 1.35 * 1.3 * (8 / 7) ** 0.5) < 0.01
+    # A limit close behind the pair (the engine's CPU at 1.5x) holds the stretch short of it.
+    for s in sweep["steps"]:
+        s["headroom"]["limits"]["cpu"] = 1.5
+    d = plan.decide(sweep, run, knobs, now)
+    assert d.stretch is None and d.to == 7
