@@ -8,6 +8,7 @@ what-if entry for it at the knee, the value to try (clipped to the bound), and w
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from monitor.core.errors import ConfigError
 
 # A change predicted to gain less than this ends the tune (the what-if's own MIN_GAIN).
 MIN_GAIN = 1.05
+# Past the GPU's knee where caps bind with it: caps within this of the running sequences
+# (limits.MARGIN) are raised together by this much (whatif.STEP).
+MARGIN = 1.2
+STEP = 2.0
 
 # A knob the user names, as the what-if names it (the engines spell one setting differently:
 # vLLM's --num-gpu-blocks-override, the simulator's num_blocks; llama.cpp's --parallel).
@@ -40,6 +45,8 @@ CAUSE_OF = {
     "ctx_size": "kv-cap",
 }
 FLOAT_KNOBS = {"gpu_memory_utilization"}
+# The sweep's causes that name the GPU itself (no knob moves them).
+GPU_CAUSES = ("compute-bound", "memory-bound")
 # Placeholders the tune fills itself.
 PORT = "port"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -211,6 +218,12 @@ class Decision:
     # (client-limited), so the engine's what-if at the knee chose it and the next run's
     # measurement decides.
     note: str | None = None
+    # How a step grew with the sequences over the sweep's own steps up to the knee, where the
+    # gain was read from it ({exponent, steps: [concurrency, concurrency]}).
+    step_growth: dict[str, Any] | None = None
+    # A pair made in one relaunch whose first change stopped short of a doubling: both
+    # values stretched by this ratio (the what-if's ``proposed`` stays as it said).
+    stretch: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
@@ -226,17 +239,172 @@ def _steps_from_knee(sweep: Mapping[str, Any], knee: float | None) -> list[dict[
 
 
 def _whatif_for(
-    sweep: Mapping[str, Any], knee: float | None, knob: str
-) -> tuple[list[dict[str, Any]], int] | None:
-    """The what-if at the knee (the knee's own step first) whose first change moves ``knob``,
-    with the changes after it, and the step it was taken at."""
-    want = WHATIF_KNOB[knob]
+    sweep: Mapping[str, Any], knee: float | None, knob: KnobSpec, knobs: Sequence[KnobSpec]
+) -> tuple[list[dict[str, Any]], int, KnobSpec] | None:
+    """The what-if at the knee (the knee's own step first) with a change that moves ``knob``:
+    from that change on, with the changes after it, the step it was taken at, and the knob
+    its first change moves. A change on top of one before it (where two caps bind together:
+    raising either alone buys nothing) is made with that one, from the chain's first change,
+    where its knob is given too."""
+    want = WHATIF_KNOB[knob.name]
     for s in _steps_from_knee(sweep, knee):
         chain = [w for w in s.get("whatif") or [] if w.get("proposed") is not None]
         for i, w in enumerate(chain):
-            if w.get("knob") == want:
-                return chain[i:], s["concurrency"]
+            if w.get("knob") != want:
+                continue
+            lead = next((x for x in knobs if WHATIF_KNOB[x.name] == chain[0].get("knob")), None)
+            if i and lead is not None:
+                return chain, s["concurrency"], lead
+            return chain[i:], s["concurrency"], knob
     return None
+
+
+def _blind_spent(run: Mapping[str, Any], before: Mapping[str, Any] | None) -> str | None:
+    """Where the change that led here was made on the engine's what-if alone (a decision with
+    a note) and measured a gain under MIN_GAIN: in words, else None."""
+    blind = before is not None and (before.get("decision") or {}).get("note")
+    was, now_tok = (before or {}).get("throughput_tok_s"), run.get("throughput_tok_s")
+    if blind and was and now_tok is not None and now_tok < was * MIN_GAIN:
+        return f"the change made past the last one measured x{now_tok / was:.2f} (< {MIN_GAIN}x)"
+    return None
+
+
+def _step_growth(sweep: Mapping[str, Any], knee: float) -> tuple[float, int, int] | None:
+    """How a step lengthens with the sequences running, fitted to the sweep's own two
+    highest steps up to the knee: a step takes running / tokens-per-second, and grows as
+    running ** exponent between them. (exponent, the two steps' concurrencies), or None."""
+    steps = sorted(
+        (s for s in sweep.get("steps") or []
+         if s.get("valid") and s.get("concurrency") and s["concurrency"] <= knee
+         and (s.get("running_mean") or 0.0) > 0 and (s.get("output_tokens_per_s") or 0.0) > 0),
+        key=lambda s: s["concurrency"],
+    )  # fmt: skip
+    hi = steps[-1] if steps else None
+    lo = next(
+        (s for s in steps[::-1] if hi and s["running_mean"] * 1.3 <= hi["running_mean"]), None
+    )
+    if hi is None or lo is None:
+        return None
+    t_lo = lo["running_mean"] / lo["output_tokens_per_s"]
+    t_hi = hi["running_mean"] / hi["output_tokens_per_s"]
+    exponent = math.log(t_hi / t_lo) / math.log(hi["running_mean"] / lo["running_mean"])
+    return min(max(exponent, 0.0), 1.0), lo["concurrency"], hi["concurrency"]
+
+
+def _knee_limits(sweep: Mapping[str, Any], knee: float | None) -> Mapping[str, float]:
+    """The knee's headroom figure's limits (factors on its running sequences), or none."""
+    step = next((s for s in _steps_from_knee(sweep, knee) if s.get("headroom")), None)
+    return dict((step or {}).get("headroom", {}).get("limits") or {})
+
+
+def _stretch(
+    knob: KnobSpec,
+    now: float,
+    to: float,
+    also: list[dict[str, Any]],
+    knobs: Sequence[KnobSpec],
+    limits: Mapping[str, float],
+) -> tuple[float, list[dict[str, Any]], float]:
+    """A pair made in one relaunch whose first change stops short of a doubling: the
+    what-if sized it just past the cap the second change raises, for a user who makes it
+    alone. Made together, both are stretched by one ratio toward the first's doubling, short
+    of any other limit (the knee's headroom figure, by MARGIN) and within their bounds: a
+    launch saved. (new first value, the second change, the ratio made; 1.0: unchanged.)"""
+    second = also[0]
+    spec = next((x for x in knobs if x.name == second["knob"]), None)
+    if spec is None or not to or not second.get("to"):
+        return to, also, 1.0
+    r = STEP * now / to
+    mine = CAUSE_OF[WHATIF_KNOB[knob.name]]
+    pair = {mine, CAUSE_OF[WHATIF_KNOB[spec.name]]}
+    others = [f for c, f in limits.items() if c not in pair]
+    if others and limits.get(mine):
+        # The pair's limit once made: the first cap's factor grown by its change.
+        r = min(r, MARGIN * min(others) * now / (limits[mine] * to))
+    for k, v in ((knob, to), (spec, float(second["to"]))):
+        if k.bound is not None:
+            r = min(r, k.bound / v)
+    if r <= 1.0 or knob.name in FLOAT_KNOBS or spec.name in FLOAT_KNOBS:
+        return to, also, 1.0
+    new_to = _clip(knob, to * r)
+    new_second = _clip(spec, math.ceil(float(second["to"]) * r - 1e-9))
+    made = min(new_to / to, new_second / float(second["to"]))
+    if made <= 1.0:
+        return to, also, 1.0
+    return new_to, [{**second, "to": _value(spec, new_second)}, *also[1:]], made
+
+
+def _steps_assumed_flat(w: Mapping[str, Any]) -> bool:
+    """The what-if read no GPU and assumed steps that do not lengthen with the batch."""
+    assumed = (w.get("basis") or {}).get("assumed") or []
+    return any("no GPU activity read" in a for a in assumed)
+
+
+def _past_the_gpu_knee(
+    sweep: Mapping[str, Any],
+    run: Mapping[str, Any],
+    knobs: Sequence[KnobSpec],
+    current: Mapping[str, float],
+    cause: str,
+) -> Decision | None:
+    """The GPU named at a knee where caps bind too (within MARGIN of the running sequences,
+    by the knee's headroom figure) and the what-if, whose step model puts the GPU's knee at
+    or before them, proposes nothing. A GPU's knee is soft, and how far it still gives is
+    measured below it: the caps' knobs doubled together, the gain read off the step's growth
+    with the sequences over the sweep's own highest steps (not the GPU's activity). Made where
+    that gain is MIN_GAIN or more; the next run measures it, and one that gained less ends the
+    tune."""
+    k = run.get("saturation_concurrency")
+    knee = next((s for s in _steps_from_knee(sweep, k) if s.get("headroom")), None)
+    fit = None if k is None else _step_growth(sweep, k)
+    if knee is None or fit is None:
+        return None
+    limits = knee["headroom"].get("limits") or {}
+    bound_now = {c: f for c, f in limits.items() if c in CAUSE_OF.values() and f <= MARGIN}
+    moves = []
+    for knob in knobs:
+        cap = CAUSE_OF[WHATIF_KNOB[knob.name]]
+        if cap not in bound_now or knob.name in FLOAT_KNOBS or knob.name in ("ctx_size",):
+            continue
+        now = current[knob.name]
+        to = _clip(knob, now * STEP)
+        if to > now:
+            moves.append((knob, now, to, bound_now[cap] * to / now))
+    if not moves:
+        return None
+    raised = {CAUSE_OF[WHATIF_KNOB[m[0].name]] for m in moves}
+    # The running sequences once made: the lowest of the raised caps and any cap not raised.
+    f_new = min([m[3] for m in moves] + [f for c, f in limits.items()
+                                         if c in CAUSE_OF.values() and c not in raised])  # fmt: skip
+    f_now = max(1.0, min(bound_now.values()))
+    exponent, lo, hi = fit
+    gain = (f_new / f_now) ** (1.0 - exponent)
+    if gain < MIN_GAIN:
+        return None
+    first, *rest = moves
+    limit = min(raised, key=lambda c: next(m[3] for m in moves
+                                           if CAUSE_OF[WHATIF_KNOB[m[0].name]] == c))  # fmt: skip
+    entry = {
+        "knob": WHATIF_KNOB[first[0].name], "current": _value(first[0], first[1]),
+        "proposed": _value(first[0], first[2]),
+        "predicted": {"limit": limit, "gain": round(gain, 3)},
+        "basis": {"measured": [f"a step grows as running ** {exponent:.2f} between the "
+                               f"sweep's steps at {lo:g} and {hi:g}"],
+                  "assumed": ["the step keeps growing so past the knee"]},
+    }  # fmt: skip
+    base = run.get("throughput_tok_s") or 0.0
+    return Decision(
+        knob=first[0].name, current=_value(first[0], first[1]), proposed=_value(first[0], first[2]),
+        to=_value(first[0], first[2]), gain=round(gain, 3), predicted_tok_s=round(base * gain, 1),
+        whatif=entry, step_concurrency=knee["concurrency"],
+        step_growth={"exponent": round(exponent, 3), "steps": [lo, hi]},
+        also=[{"knob": m[0].name, "current": _value(m[0], m[1]), "proposed": _value(m[0], m[2]),
+               "to": _value(m[0], m[2]), "limit": limit} for m in rest] or None,
+        note=(f"the sweep named {cause} at the knee, where "
+              f"{' and '.join(sorted(raised))} bind too and the what-if (its GPU's knee at "
+              f"them) proposes nothing: a step grew as running ** {exponent:.2f} up to the "
+              "knee, so the caps are doubled together; the next run measures it"),
+    )  # fmt: skip
 
 
 def _knobs_at_knee(
@@ -322,13 +490,9 @@ def decide(
         return Decision(stop="the sweep found no knee (raise --max-concurrency)")
     note = None
     if cause == "client-limited":
-        blind = before is not None and (before.get("decision") or {}).get("note")
-        was, now_tok = (before or {}).get("throughput_tok_s"), run.get("throughput_tok_s")
-        if blind and was and now_tok is not None and now_tok < was * MIN_GAIN:
-            return Decision(
-                stop=f"the load generator set the knee again, and the change made past the "
-                f"last one measured x{now_tok / was:.2f} (< {MIN_GAIN}x)"
-            )
+        spent = _blind_spent(run, before)
+        if spent is not None:
+            return Decision(stop=f"the load generator set the knee again, and {spent}")
         named = _knobs_at_knee(sweep, k, knobs)
         if not named:
             return Decision(stop="the load generator was the limit at the knee (client-limited), "
@@ -337,6 +501,24 @@ def decide(
                 "chose this change; the next run measures it")  # fmt: skip
     else:
         named = [x for x in knobs if CAUSE_OF[WHATIF_KNOB[x.name]] == cause]
+        if not named and cause in GPU_CAUSES:
+            # The GPU busy at a knee where a cap holds the requests (running at the cap, the
+            # rest waiting): the sweep names the GPU, while the engine's what-if there has a
+            # cap binding before the GPU's knee and a change for it (it proposes none where
+            # the GPU binds first). Followed, and measured: one that gained under MIN_GAIN
+            # ends the tune.
+            spent = _blind_spent(run, before)
+            if spent is not None:
+                return Decision(stop=f"the sweep named {cause} again, and {spent}")
+            named = _knobs_at_knee(sweep, k, knobs)
+            if named:
+                note = (f"the sweep named {cause} at the knee, the engine's what-if there a "
+                        "cap before the GPU's knee: it chose this change; the next run "
+                        "measures it")  # fmt: skip
+            else:
+                fitted = _past_the_gpu_knee(sweep, run, knobs, current, cause)
+                if fitted is not None:
+                    return fitted
     if not named:
         given = ", ".join(x.name for x in knobs)
         return Decision(
@@ -351,22 +533,23 @@ def decide(
         if knob in after:
             note = (f"the what-if at the knee names {knob.name}, the cause ({cause}) a knob "
                     "it has no change for; the next run measures it")  # fmt: skip
-        now = current[knob.name]
-        if knob.bound is not None and now >= knob.bound:
+        if knob.bound is not None and current[knob.name] >= knob.bound:
             reasons.append(f"{knob.name} is at its bound {knob.bound:g}")
             continue
-        found = _whatif_for(sweep, k, knob.name)
+        found = _whatif_for(sweep, k, knob, knobs)
         if found is None:
             reasons.append(f"no what-if for {knob.name} at the knee")
             continue
-        chain, at = found
+        chain, at, knob = found
+        now = current[knob.name]
         w = chain[0]
         p = w.get("predicted") or {}
         gain = float(p.get("gain") or 0.0)
         target = _target(w, now)
         to = _clip(knob, target)
         if to <= now:
-            reasons.append(f"{knob.name} is at its bound {knob.bound:g}")
+            bound = f"its bound {knob.bound:g}" if knob.bound is not None else "the value proposed"
+            reasons.append(f"{knob.name} is at {bound}")
             continue
         also: list[dict[str, Any]] = []
         if to < target and target > now:
@@ -375,13 +558,32 @@ def decide(
         else:
             also, more = _also(chain, knobs, current, knob.name)
             gain *= more
+        stretch = None
+        measured = _step_growth(sweep, k) if k is not None else None
+        if also and measured is not None:
+            to, also, r = _stretch(knob, now, to, also, knobs, _knee_limits(sweep, k))
+            if r > 1.0:
+                stretch = round(r, 3)
+                gain *= r if _steps_assumed_flat(w) else r ** (1.0 - measured[0])
+        growth = None
+        fit = measured if _steps_assumed_flat(w) else None
+        if fit is not None:
+            # The what-if read no GPU (vLLM's CPU build): it assumes steps that do not
+            # lengthen with the batch, so its gain is the sequences' own factor. A CPU
+            # engine's steps do lengthen: the gain at the step's growth measured over the
+            # sweep's own steps up to the knee (running ** e: the factor ** (1 - e)).
+            gain = gain ** (1.0 - fit[0])
+            growth = {"exponent": round(fit[0], 3), "steps": [fit[1], fit[2]]}
         if gain < MIN_GAIN:
             reasons.append(
                 f"{knob.name} {now:g} -> {to:g} is predicted to gain {gain:.2f}x (< {MIN_GAIN}x)"
+                + (f", a step growing as running ** {fit[0]:.2f}" if fit is not None else "")
             )
             continue
         base = run.get("throughput_tok_s") or 0.0
         return Decision(
+            step_growth=growth,
+            stretch=stretch,
             knob=knob.name,
             current=_value(knob, now),
             proposed=_value(knob, float(w["proposed"])),
@@ -393,7 +595,7 @@ def decide(
             also=also or None,
             note=note,
         )
-    return Decision(stop="; ".join(reasons))
+    return Decision(stop="; ".join(dict.fromkeys(reasons)))
 
 
 def prediction_row(prev: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any] | None:

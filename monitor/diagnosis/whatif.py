@@ -150,6 +150,20 @@ def _want(limits: Mapping[str, float], lead: str) -> float:
     return STEP
 
 
+def _tied(limits: Mapping[str, float], lead: str, knobs: Knobs) -> list[str]:
+    """The other caps that bind within MARGIN of the leading one and have a knob to move."""
+    f = limits[lead]
+    return [
+        k
+        for k, v in sorted(limits.items(), key=lambda kv: kv[1])
+        if k != lead
+        and k not in GPU_LIMITS
+        and k != "cpu"
+        and v <= f * MARGIN
+        and _move(k, STEP, knobs) is not None
+    ]
+
+
 def _int_up(value: float, step: int = 1) -> int:
     return int(math.ceil(value / step - 1e-9) * step)
 
@@ -217,9 +231,21 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
         if lead in seen or lead in GPU_LIMITS or lead == "cpu":
             break
         # Blocked, the usual doubling: what a user would try, and what buys nothing.
-        move = _move(lead, STEP if blocked else _want(limits, lead), knobs)
+        want = STEP if blocked else _want(limits, lead)
+        tied = [] if out or blocked else _tied(limits, lead, knobs)
+        if tied:
+            # Another cap binds within MARGIN of this one: raised just past it, this change
+            # alone buys at most MARGIN, and the pair of changes (this one and the one below,
+            # made together) would climb in steps of MARGIN. Sized for the pair instead: as
+            # far as the next limit behind both, or a doubling.
+            want = _want({k: v for k, v in limits.items() if k not in tied}, lead)
+        move = _move(lead, want, knobs)
         if move is None:
             break
+        if tied:
+            move = dataclasses.replace(
+                move, notes=(*move.notes, f"sized with the change below: {tied[0]} binds with it")
+            )
         seen.add(lead)
         # Against the limit that binds today (the headroom figure's): where the CPU binds
         # before the cap, raising the cap leaves it where it is.

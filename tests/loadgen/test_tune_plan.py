@@ -85,22 +85,24 @@ def test_a_knee_the_load_generator_set_steps_the_knobs_the_engine_s_what_if_name
     d = plan.decide(sweep, run, plan.parse_knobs(KV_KNOBS, False), KV_NOW)
     assert d.stop is None, d.stop
     # The KV cache's change, and the sequence cap's behind it in the same relaunch: the first
-    # alone stops just past the cap, which then binds.
-    assert (d.knob, d.current, d.to) == ("num_blocks", 640, 854)
-    assert d.also == [{"knob": "max_num_seqs", "current": 64, "proposed": 128, "to": 128,
+    # alone stops just past the cap, which then binds. Made together, both are stretched to
+    # the first's doubling (640 -> 854 and 64 -> 128 proposed; nothing else behind them here).
+    assert (d.knob, d.current, d.proposed, d.to) == ("num_blocks", 640, 854, 1280)
+    assert d.also == [{"knob": "max_num_seqs", "current": 64, "proposed": 128, "to": 192,
                        "limit": "kv-cap"}]  # fmt: skip
-    assert d.gain == pytest.approx(1.1 * 1.5, rel=1e-3)
+    assert d.stretch == pytest.approx(1280 / 854, rel=1e-3)
+    assert d.gain > 1.1 * 1.5
     assert "client-limited" in d.note and "measures" in d.note
     # The next run is launched with both.
     prev = {**run, "decision": d.to_json()}
-    nxt = {"index": 1, "status": "ok", "knobs": {"num_blocks": 854, "max_num_seqs": 128},
+    nxt = {"index": 1, "status": "ok", "knobs": {"num_blocks": 1280, "max_num_seqs": 192},
            "throughput_tok_s": 6000.0, "cause": "kv-cap"}  # fmt: skip
     row = plan.prediction_row(prev, nxt)
-    assert row["also"] == [{"knob": "max_num_seqs", "current": 64, "to": 128}]
+    assert row["also"] == [{"knob": "max_num_seqs", "current": 64, "to": 192}]
     assert row["predicted_next_limit"] == "kv-cap"
     page = report({"mode": "tune", "launch": "x", "runs": [prev, nxt], "predictions": [row],
                    "best": plan.best_run([prev, nxt], False), "stopped": "done"})  # fmt: skip
-    assert "num_blocks 640 -> 854 and max_num_seqs 64 -> 128" in page
+    assert "num_blocks 640 -> 1280 and max_num_seqs 64 -> 192" in page
 
 
 def test_the_measurement_ends_blind_steps_that_gain_nothing() -> None:
