@@ -38,14 +38,30 @@ class ChunkedBody:
     def feed(self, data: bytes) -> bytes:
         """The payload in ``data`` (b"" if none completes here); raises ChunkError on bad framing."""
         if self._state == _SIZE and not self._buf:
-            # One whole chunk, as engines write an event: "<hex>\r\n<data>\r\n".
-            i = data.find(b"\r\n")
-            if 0 < i <= 16:
-                head = data[:i]
-                if _HEX.issuperset(head):
-                    size = int(head, 16)
-                    if size and len(data) == i + size + 4 and data.endswith(b"\r\n"):
-                        return data[i + 2 : -2]
+            # Whole chunks, as engines write an event: "<hex>\r\n<data>\r\n"; one a read,
+            # or several when the reader comes late.
+            out: list[bytes] | None = None
+            pos, n = 0, len(data)
+            while True:
+                i = data.find(b"\r\n", pos)
+                if not 0 < i - pos <= 16:
+                    break
+                head = data[pos:i]
+                if not _HEX.issuperset(head):
+                    break
+                end = i + int(head, 16) + 4
+                if end == i + 4 or end > n or data[end - 2 : end] != b"\r\n":
+                    break
+                if end == n and not pos:
+                    return data[i + 2 : -2]
+                if out is None:
+                    out = []
+                out.append(data[i + 2 : end - 2])
+                pos = end
+                if pos == n:
+                    return b"".join(out)
+            if out is not None:
+                return b"".join(out) + self._slow(data[pos:])
         return self._slow(data)
 
     def _slow(self, data: bytes) -> bytes:
