@@ -51,6 +51,8 @@ _TEXT_OPENERS = tuple(
     for sep in (":", ": ")
 )
 _QUOTE_NL = frozenset(b'"\n')
+# json.loads on bytes first guesses their encoding in Python; SSE is UTF-8 by definition.
+_decode_json = json.JSONDecoder().decode
 # Chunks that carry these need the full parse (usage counts, errors).
 _NEEDS_PARSE = (b'"usage"', b'"error"')
 
@@ -189,7 +191,7 @@ class SseParser:
         pre, post = raw[:at], raw[end:]
         for probe, want in ((b"zq", "zq"), (b"", None)):
             try:
-                obj = json.loads(pre[5:] + probe + post)
+                obj = _decode_json((pre[5:] + probe + post).decode())
             except ValueError:
                 return
             if not isinstance(obj, dict) or obj.get("error") or isinstance(obj.get("usage"), dict):
@@ -225,7 +227,7 @@ class SseParser:
                         self._token(now)
                     continue
             try:
-                obj = json.loads(payload)
+                obj = _decode_json(payload.decode())
             except ValueError:
                 st.error = f"malformed SSE data: {payload[:80]!r}"
                 continue
