@@ -181,19 +181,25 @@ class _Sender:
         # The head up to its blank line, less Content-Length: each request adds its own.
         self._head = "\r\n".join(ln for ln in lines if ln).encode("latin-1") + b"\r\n"
 
-    def send(self, body: bytes, extra: bytes = b"") -> tuple[HTTPSocketPoolResponse, bytes | None]:
+    def send(
+        self, body: bytes, extra: bytes = b""
+    ) -> tuple[HTTPSocketPoolResponse, bytes | None, bool, float | None]:
         """Send one request (``extra``: header lines of its own); the response's headers read.
 
-        Returns the response and the bytes read past its headers, which the HTTP parser has
-        not seen (None: it has seen every byte, as for an interim 1xx response).
+        Returns the response; the bytes read past its headers, which the HTTP parser has
+        not seen (None: it has seen every byte, as for an interim 1xx response); whether
+        the kernel stamps the connection's reads; and its wall-clock stamp of the last read
+        (None: none), the arrival of those bytes: a first token read with the headers, as
+        a busy client reads it, is timed by the kernel too.
         """
         request = self._head + extra + b"Content-Length: %d\r\n\r\n" % len(body) + body
         pool = self._pool
         for attempt in (0, 1):
             sock = pool.get_socket()
             try:
+                kernel = rxstamp.enable(sock)
                 sock.sendall(request)
-                head, rest = _read_head(sock, self._client.block_size)
+                head, rest, kwall = _read_head(sock, self._client.block_size, kernel)
             except (ConnectionResetError, BrokenPipeError, HTTPConnectionClosed):
                 # A pooled connection the server closed before answering: llama.cpp's server
                 # (cpp-httplib) ends each keep-alive connection after a few requests. Nothing
@@ -209,20 +215,24 @@ class _Sender:
             resp = HTTPSocketPoolResponse(sock, pool, block_size=self._client.block_size,
                                           method="POST", headers_type=self._client.headers_type,
                                           pre_buffered=head)  # fmt: skip
-            return resp, rest
+            return resp, rest, kernel, kwall
         raise AssertionError("unreachable")
 
 
-def _read_head(sock: Any, block: int) -> tuple[bytes, bytes | None]:
-    """Read a response up to the end of its headers: (head, what was read past it).
+def _read_head(sock: Any, block: int, kernel: bool) -> tuple[bytes, bytes | None, float | None]:
+    """Read a response up to the end of its headers: (head, what was read past it, the
+    kernel's wall-clock stamp of the last read or None).
 
     The rest is None when the head is left whole to the HTTP parser (an interim 1xx
     response, which a final one follows; bare-LF line ends).
     """
-    buf = b""
+    buf, kwall = b"", None
     while True:
         try:
-            data = sock.recv(block)
+            if kernel:
+                data, kwall = rxstamp.recv(sock, block)
+            else:
+                data = sock.recv(block)
         except ConnectionResetError:
             if not buf:
                 raise HTTPConnectionClosed("connection closed.") from None
@@ -235,10 +245,10 @@ def _read_head(sock: Any, block: int) -> tuple[bytes, bytes | None]:
         end = buf.find(b"\r\n\r\n")
         if end >= 0:
             if buf[9:10] == b"1":  # "HTTP/1.1 1xx": interim
-                return buf, None
-            return buf[: end + 4], buf[end + 4 :]
+                return buf, None, None
+            return buf[: end + 4], buf[end + 4 :], kwall
         if buf.find(b"\n\n") >= 0 or len(buf) > 1 << 16:
-            return buf, None  # let the parser judge it
+            return buf, None, None  # let the parser judge it
 
 
 def _chunked(resp: HTTPSocketPoolResponse) -> bool:
@@ -318,7 +328,7 @@ def stream_one(
         if isinstance(sender, ValueError):
             raise sender
         # No Locust event per request from the session: one is fired once the stream ends.
-        resp, rest = sender.send(data, extra)
+        resp, rest, kernel, kwall = sender.send(data, extra)
         if resp.status_code >= 400:
             if rest:
                 resp.feed(rest)
@@ -330,9 +340,9 @@ def stream_one(
                 # The deadline bounds every read from here on (and the next requests' on
                 # this pooled connection, which all run under their own deadlines).
                 sock.settimeout(None)
-            kernel = sock is not None and rxstamp.enable(sock)
-            # Bytes read with the headers have no kernel stamp: they get the client's clock.
-            stamp, stamp_kernel = time.perf_counter(), False
+            kernel = kernel and sock is not None
+            # Bytes read with the headers: their read's kernel stamp, else the client's clock.
+            stamp, stamp_kernel = rxstamp.to_perf(kwall)
             plain = worker_reader.plain_socket(sock)
             if plain is not None:
                 # The process's reader greenlet reads the body with every other stream's;

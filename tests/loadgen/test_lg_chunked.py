@@ -84,7 +84,7 @@ USAGE = (
 def _writes(rid: int, n: int, mode: str) -> list[bytes]:
     """The body's bytes as the server writes them, each write its own TCP segment."""
     events = [EVENT % (rid, i) for i in range(n)] + [USAGE % (rid, n), b"data: [DONE]\n\n"]
-    if mode == "one-per-write":
+    if mode in ("one-per-write", "head-and-first"):
         return [_frame([e])[:-5] for e in events] + [b"0\r\n\r\n"]
     if mode == "odd":
         # Two events in one chunk, an event over two chunks, chunks split mid-size and
@@ -132,9 +132,14 @@ class OddServer:
                     buf += conn.recv(65536)
                 buf = buf[length:]
                 rid += 1
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
-                for w in _writes(rid, self.tokens, self.mode):
+                head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+                writes = _writes(rid, self.tokens, self.mode)
+                if self.mode == "head-and-first":  # the first token in the headers' segment
+                    writes[0] = head + writes[0]
+                else:
+                    conn.sendall(head)
+                for w in writes:
                     time.sleep(0.003)
                     conn.sendall(w)
 
@@ -154,7 +159,7 @@ print(json.dumps(wl.STATE.lines))
 """
 
 
-@pytest.mark.parametrize("mode", ["one-per-write", "odd", "bad"])
+@pytest.mark.parametrize("mode", ["one-per-write", "odd", "bad", "head-and-first"])
 def test_the_worker_reads_oddly_framed_chunks_and_keeps_the_connection(mode: str) -> None:
     server = OddServer(mode, tokens=8)
     try:
@@ -173,4 +178,7 @@ def test_the_worker_reads_oddly_framed_chunks_and_keeps_the_connection(mode: str
         assert r["err"] is None, r["err"]
         assert r["out"] == 8 and r["in"] == 3 and len(r["itl"]) == 7 and r["ttft"] > 0
     assert [r["id"] for r in recs] == ["cmpl-1", "cmpl-2", "cmpl-3"]
+    if mode == "head-and-first" and sys.platform.startswith("linux"):
+        # Read with the headers, the first token is still timed by the kernel's stamp.
+        assert all(r["kt"] is True for r in recs), [r["kt"] for r in recs]
     assert server.accepted == 1  # each body read to its end: the connection kept alive
