@@ -63,10 +63,12 @@ def sample_length(rng: random.Random, mean: int, dist: LengthDist, spread: float
     raise ConfigError(f"unknown length distribution {dist!r}; use one of {', '.join(LENGTH_DISTS)}")
 
 
+def synthetic_words(rng: random.Random, tokens: int) -> list[str]:
+    return [f"{rng.randrange(10**9)}", *rng.choices(WORDS, k=max(0, tokens - 2))]
+
+
 def synthetic_text(rng: random.Random, tokens: int) -> str:
-    lead = f"{rng.randrange(10**9)}"
-    words = [lead] + [rng.choice(WORDS) for _ in range(max(0, tokens - 2))]
-    return " ".join(words)
+    return " ".join(synthetic_words(rng, tokens))
 
 
 def seeded_words(key: str, n: int, words: Sequence[str]) -> list[str]:
@@ -118,9 +120,10 @@ class PromptSource:
         ]
 
     def _body_words(self, tokens: int) -> list[str]:
+        # (choices, not a choice a word: a prompt is built for every request.)
         if self.exact:
-            return [self._rng.choice(self.words) for _ in range(max(1, tokens))]
-        return synthetic_text(self._rng, tokens).split()
+            return self._rng.choices(self.words, k=max(1, tokens))
+        return synthetic_words(self._rng, tokens)
 
     def text(self, tokens: int, lead: Sequence[str] = ()) -> str:
         """``tokens`` tokens of prompt as the model will see them (exact when calibrated)."""

@@ -51,6 +51,8 @@ _TEXT_OPENERS = tuple(
     for sep in (":", ": ")
 )
 _QUOTE_NL = frozenset(b'"\n')
+# json.loads on bytes first guesses their encoding in Python; SSE is UTF-8 by definition.
+_decode_json = json.JSONDecoder().decode
 # Chunks that carry these need the full parse (usage counts, errors).
 _NEEDS_PARSE = (b'"usage"', b'"error"')
 
@@ -82,7 +84,8 @@ def plain_token(payload: bytes) -> bool | None:
 class SseParser:
     """Feed bytes as they arrive; events complete at a blank line."""
 
-    __slots__ = ("_buf", "state", "_keep", "_learnt", "_pre", "_post", "_npre", "_npost")
+    __slots__ = ("_buf", "state", "_keep", "_learnt", "_pre", "_post", "_npre", "_npost",
+                 "_tail", "_ntail")  # fmt: skip
 
     def __init__(self, keep_text: bool = False) -> None:
         self._buf = b""
@@ -93,12 +96,39 @@ class SseParser:
         self._pre: bytes | None = None
         self._post = b""
         self._npre = self._npost = 0
+        # The template's end with the blank line that closes the event.
+        self._tail = b""
+        self._ntail = 0
 
     def feed(self, data: bytes, now: float) -> None:
         # (No `in` tests on bytes here: each raises and clears a TypeError inside CPython
         # 3.11, dearer than the search itself, and this runs for every token.)
         buf = self._buf + data if self._buf else data
-        events = buf.replace(b"\r\n", b"\n").split(b"\n\n")
+        # Nearly every read is one whole event of the learnt shape: told by its two ends.
+        # Neither end holds a newline and the text between holds none, so the blank line
+        # at the end is the only one: one event, complete.
+        pre = self._pre
+        if (
+            pre is not None
+            and len(buf) >= self._npre + self._ntail
+            and buf.startswith(pre)
+            and buf.endswith(self._tail)
+        ):
+            mid = buf[self._npre : len(buf) - self._ntail]
+            if _QUOTE_NL.isdisjoint(mid):
+                self._buf = b""
+                if mid:
+                    st = self.state
+                    if st.first_token_at is None:
+                        st.first_token_at = now
+                    else:
+                        st.gaps.append(now - st.last_token_at)  # type: ignore[operator]
+                    st.last_token_at = now
+                    st.token_events += 1
+                return
+        if buf.find(b"\r") >= 0:
+            buf = buf.replace(b"\r\n", b"\n")
+        events = buf.split(b"\n\n")
         self._buf = events.pop()  # what follows the last blank line: an event still arriving
         st = self.state
         pre, post, npre, npost = self._pre, self._post, self._npre, self._npost
@@ -161,7 +191,7 @@ class SseParser:
         pre, post = raw[:at], raw[end:]
         for probe, want in ((b"zq", "zq"), (b"", None)):
             try:
-                obj = json.loads(pre[5:] + probe + post)
+                obj = _decode_json((pre[5:] + probe + post).decode())
             except ValueError:
                 return
             if not isinstance(obj, dict) or obj.get("error") or isinstance(obj.get("usage"), dict):
@@ -171,6 +201,7 @@ class SseParser:
             if (got or None) != want:
                 return
         self._pre, self._post, self._npre, self._npost = pre, post, len(pre), len(post)
+        self._tail, self._ntail = post + b"\n\n", len(post) + 2
 
     def finish(self, now: float) -> None:
         """The body ended: an event without its trailing blank line still counts."""
@@ -196,7 +227,7 @@ class SseParser:
                         self._token(now)
                     continue
             try:
-                obj = json.loads(payload)
+                obj = _decode_json(payload.decode())
             except ValueError:
                 st.error = f"malformed SSE data: {payload[:80]!r}"
                 continue

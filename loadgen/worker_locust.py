@@ -31,6 +31,7 @@ import gevent
 import gevent.pool
 from gevent.fileobject import FileObjectPosix
 from gevent.monkey import get_original
+from geventhttpclient._parser import HTTPParseError
 from geventhttpclient.connectionpool import ConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketPoolResponse
 from geventhttpclient.url import URL
@@ -45,6 +46,7 @@ from locust.env import Environment
 from locust.log import setup_logging
 
 from loadgen import rxstamp, worker_reader
+from loadgen.chunked import ChunkedBody
 from loadgen.prompts import Prompt, PromptSource, load_jsonl
 from loadgen.records import RequestRecord, WorkerStatus
 from loadgen.schema import WorkerConfig
@@ -180,31 +182,85 @@ class _Sender:
         # The head up to its blank line, less Content-Length: each request adds its own.
         self._head = "\r\n".join(ln for ln in lines if ln).encode("latin-1") + b"\r\n"
 
-    def send(self, body: bytes, extra: bytes = b"") -> HTTPSocketPoolResponse:
-        """Send one request (``extra``: header lines of its own); the response's headers read."""
+    def send(
+        self, body: bytes, extra: bytes = b""
+    ) -> tuple[HTTPSocketPoolResponse, bytes | None, bool, float | None]:
+        """Send one request (``extra``: header lines of its own); the response's headers read.
+
+        Returns the response; the bytes read past its headers, which the HTTP parser has
+        not seen (None: it has seen every byte, as for an interim 1xx response); whether
+        the kernel stamps the connection's reads; and its wall-clock stamp of the last read
+        (None: none), the arrival of those bytes: a first token read with the headers, as
+        a busy client reads it, is timed by the kernel too.
+        """
         request = self._head + extra + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        pool = self._pool
         for attempt in (0, 1):
-            sock = self._pool.get_socket()
+            sock = pool.get_socket()
             try:
+                kernel = rxstamp.enable(sock)
                 sock.sendall(request)
-            except (ConnectionResetError, BrokenPipeError):
-                self._pool.release_socket(sock)
+                head, rest, kwall = _read_head(sock, self._client.block_size, kernel)
+            except (ConnectionResetError, BrokenPipeError, HTTPConnectionClosed):
+                # A pooled connection the server closed before answering: llama.cpp's server
+                # (cpp-httplib) ends each keep-alive connection after a few requests. Nothing
+                # was answered, so this is no failure of the server: send once more, afresh.
+                pool.release_socket(sock)
                 if attempt:
                     raise
                 continue
             except BaseException:
-                self._pool.release_socket(sock)
+                pool.release_socket(sock)
                 raise
-            try:
-                return HTTPSocketPoolResponse(sock, self._pool, block_size=self._client.block_size,
-                                              method="POST", headers_type=self._client.headers_type)  # fmt: skip
-            except HTTPConnectionClosed:
-                # A pooled connection the server closed before answering: llama.cpp's server
-                # (cpp-httplib) ends each keep-alive connection after a few requests. Nothing
-                # was answered, so this is no failure of the server: send once more, afresh.
-                if attempt:
-                    raise
+            # Only the head goes through the HTTP parser here: the body is the caller's.
+            resp = HTTPSocketPoolResponse(sock, pool, block_size=self._client.block_size,
+                                          method="POST", headers_type=self._client.headers_type,
+                                          pre_buffered=head)  # fmt: skip
+            return resp, rest, kernel, kwall
         raise AssertionError("unreachable")
+
+
+def _read_head(sock: Any, block: int, kernel: bool) -> tuple[bytes, bytes | None, float | None]:
+    """Read a response up to the end of its headers: (head, what was read past it, the
+    kernel's wall-clock stamp of the last read or None).
+
+    The rest is None when the head is left whole to the HTTP parser (an interim 1xx
+    response, which a final one follows; bare-LF line ends).
+    """
+    buf, kwall = b"", None
+    while True:
+        try:
+            if kernel:
+                data, kwall = rxstamp.recv(sock, block)
+            else:
+                data = sock.recv(block)
+        except ConnectionResetError:
+            if not buf:
+                raise HTTPConnectionClosed("connection closed.") from None
+            raise
+        if not data:
+            if not buf:
+                raise HTTPConnectionClosed("connection closed.")
+            raise HTTPParseError("connection closed before end of the headers")
+        buf += data
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            if buf[9:10] == b"1":  # "HTTP/1.1 1xx": interim
+                return buf, None, None
+            return buf[: end + 4], buf[end + 4 :], kwall
+        if buf.find(b"\n\n") >= 0 or len(buf) > 1 << 16:
+            return buf, None, None  # let the parser judge it
+
+
+def _chunked(resp: HTTPSocketPoolResponse) -> bool:
+    """The body is chunked (and only chunked) and still to come."""
+    te = resp.get("transfer-encoding")
+    return (
+        isinstance(te, str)
+        and te.strip().lower() == "chunked"
+        and resp.get("content-length") is None
+        and not resp.message_complete
+    )
 
 
 def _response_error(raw: HTTPSocketPoolResponse) -> str:
@@ -273,8 +329,10 @@ def stream_one(
         if isinstance(sender, ValueError):
             raise sender
         # No Locust event per request from the session: one is fired once the stream ends.
-        resp = sender.send(data, extra)
+        resp, rest, kernel, kwall = sender.send(data, extra)
         if resp.status_code >= 400:
+            if rest:
+                resp.feed(rest)
             error = _response_error(resp)
         else:
             raw = resp
@@ -283,20 +341,29 @@ def stream_one(
                 # The deadline bounds every read from here on (and the next requests' on
                 # this pooled connection, which all run under their own deadlines).
                 sock.settimeout(None)
-            kernel = sock is not None and rxstamp.enable(sock)
-            # Bytes read with the headers have no kernel stamp: they get the client's clock.
-            stamp, stamp_kernel = time.perf_counter(), False
+            kernel = kernel and sock is not None
+            # Bytes read with the headers: their read's kernel stamp, else the client's clock.
+            stamp, stamp_kernel = rxstamp.to_perf(kwall)
             plain = worker_reader.plain_socket(sock)
             if plain is not None:
-                # The process's reader greenlet reads the body with every other stream's.
-                body = worker_reader.Stream(raw, plain, kernel, parser, end)
-                body.take(stamp, stamp_kernel)
+                # The process's reader greenlet reads the body with every other stream's;
+                # a chunked body it takes apart itself, past the HTTP parser.
+                chunks = ChunkedBody() if rest is not None and _chunked(raw) else None
+                body = worker_reader.Stream(raw, plain, kernel, parser, end, chunks)
+                if chunks is None:
+                    if rest:
+                        raw.feed(rest)
+                    body.take(stamp, stamp_kernel)
+                elif rest:
+                    body.feed(rest, stamp, stamp_kernel)
                 if not raw.message_complete:
                     worker_reader.reader().read(body)
                 end, error = body.end, body.error
                 if error is not None:
                     raw.release()
             else:
+                if rest:
+                    raw.feed(rest)
                 nbytes, end, first_kernel, error = _read_body(raw, kernel, parser, stamp, end)
             parser.finish(end)
             st = parser.state

@@ -26,6 +26,7 @@ from gevent.event import AsyncResult
 from gevent.monkey import get_original
 
 from loadgen import rxstamp
+from loadgen.chunked import ChunkedBody
 from loadgen.sse import SseParser
 
 RECV_BYTES = 65536
@@ -46,10 +47,13 @@ class Stream:
     """One response body being read: the HTTP parser, the SSE parser and what they found."""
 
     __slots__ = ("raw", "sock", "fd", "kernel", "parser", "nbytes", "end", "first_kernel",
-                 "error", "done")  # fmt: skip
+                 "error", "done", "chunks")  # fmt: skip
 
-    def __init__(self, raw: Any, sock: Any, kernel: bool, parser: SseParser, end: float) -> None:
-        self.raw = raw  # geventhttpclient's response: llhttp takes the chunked framing off
+    def __init__(self, raw: Any, sock: Any, kernel: bool, parser: SseParser, end: float,
+                 chunks: ChunkedBody | None = None) -> None:  # fmt: skip
+        self.raw = raw  # geventhttpclient's response: its headers, its connection
+        # The chunked framing, taken off here; None: the HTTP parser (llhttp) takes it off.
+        self.chunks = chunks
         self.sock = sock  # the plain, non-blocking socket under gevent's
         self.fd = sock.fileno()
         self.kernel = kernel
@@ -59,6 +63,31 @@ class Stream:
         self.first_kernel: bool | None = None
         self.error: str | None = None
         self.done = AsyncResult()
+
+    def feed(self, data: bytes, stamp: float, kernel: bool) -> None:
+        """Body bytes as read off the socket at ``stamp``."""
+        chunks = self.chunks
+        if chunks is None:
+            self.raw.feed(data)
+            self.take(stamp, kernel)
+            return
+        payload = chunks.feed(data)
+        if payload:
+            self.nbytes += len(payload)
+            parser = self.parser
+            if parser.state.first_token_at is None:
+                parser.feed(payload, stamp)
+                if parser.state.first_token_at is not None:
+                    self.first_kernel = kernel
+            else:
+                parser.feed(payload, stamp)
+            self.end = stamp
+        if chunks.done:
+            # The body ended where the parser never looked: the connection goes back to the
+            # pool as the parser would have sent it (kept alive unless its headers said not).
+            raw = self.raw
+            raw.message_complete = True
+            raw.release()
 
     def take(self, stamp: float, kernel: bool) -> None:
         """Parse what the HTTP parser has set aside as body, as arrived at ``stamp``."""
@@ -164,10 +193,8 @@ class StreamReader:
         if not data:
             self._finish(stream, "connection closed mid-stream")
             return
-        raw = stream.raw
-        raw.feed(data)
-        stream.take(stamp, kernel)
-        if raw.message_complete:
+        stream.feed(data, stamp, kernel)
+        if stream.raw.message_complete:
             self._finish(stream, None)
 
     def _finish(self, stream: Stream, error: str | None) -> None:

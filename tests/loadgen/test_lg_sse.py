@@ -303,8 +303,54 @@ def test_a_long_stream_decodes_only_a_few_chunks(monkeypatch, chat: bool) -> Non
     import loadgen.sse as sse
 
     calls = []
-    real = sse.json.loads
-    monkeypatch.setattr(sse.json, "loads", lambda b: calls.append(1) or real(b))
+    real = sse._decode_json
+    monkeypatch.setattr(sse, "_decode_json", lambda b: calls.append(1) or real(b))
     st = _parse_in_pieces(_vllm_like(64, chat=chat), []).state
     assert st.token_events == 64 and st.completion_tokens == 64
-    assert len(calls) <= 6, len(calls)
+    assert 0 < len(calls) <= 6, len(calls)
+
+
+def test_reads_of_one_whole_event_agree_with_decoding_them(monkeypatch) -> None:
+    """Reads as a paced engine gives them: mostly one whole event each, now and then an event
+    split mid-way or several together. Each token counts at the read that completes it, the
+    same with the read-a-whole-event shortcut as with every event decoded."""
+    import random
+
+    import loadgen.sse as sse
+
+    rng = random.Random(5)
+    texts = [" a", "", '"', "\\", "é", "x\ny", " data: ", "\u2028", "  "]
+    for chat in (False, True):
+        picked = [rng.choice(texts) for _ in range(60)]
+        data = _vllm_like(60, chat=chat, texts=picked)
+        ends = [i + 2 for i in range(len(data)) if data[i : i + 2] == b"\n\n"]
+        cuts, prev = [], 0
+        for end in ends:
+            r = rng.random()
+            if r < 0.15:  # split mid-event
+                cuts.append(rng.randrange(prev + 1, end))
+            if r > 0.3 or end == ends[-1]:  # else: this event shares the next one's read
+                cuts.append(end)
+            prev = end
+        cuts = sorted(set(cuts))[:-1]
+        fast = _parse_in_pieces(data, cuts).state
+        assert fast.completion_tokens == 60 and fast.done and fast.error is None
+        assert fast.token_events == sum(1 for t in picked if t)
+        monkeypatch.setattr(sse.SseParser, "_learn", lambda self, raw: None)
+        slow = _parse_in_pieces(data, cuts).state
+        monkeypatch.undo()
+        assert fast == slow
+        assert len(fast.gaps) == fast.token_events - 1
+
+
+def test_a_read_of_one_event_is_timed_at_that_read() -> None:
+    data = _vllm_like(5)
+    events = [e + b"\n\n" for e in data.split(b"\n\n")[:-1]]
+    p = SseParser()
+    for k, ev in enumerate(events):
+        p.feed(ev, now=10.0 + k * k)
+    p.finish(now=1e6)
+    st = p.state
+    assert st.token_events == 5 and st.first_token_at == 10.0 and st.last_token_at == 26.0
+    assert st.gaps == [1.0, 3.0, 5.0, 7.0]
+    assert st.completion_tokens == 5 and st.done

@@ -112,3 +112,27 @@ def test_a_holds_rate_spread_is_read_from_its_parts() -> None:
     bursty = [rec(0.0, 0.05, [0.05] * 79)]
     assert rate_rse(bursty, 0.0, 8.0) > 0.4
     assert rate_rse([], 0.0, 8.0) is None
+
+
+def test_record_lines_read_back_what_json_would_have_written() -> None:
+    """The hand-written line reads back as the json.dumps one does, for awkward values too."""
+    import json
+    import random
+
+    rng = random.Random(2)
+    texts = [None, "", 'say "hi"', "é\n\t\\", "\u2028", "cmpl-1"]
+    for _ in range(300):
+        r = RequestRecord(
+            rng.choice(["w1", 'host "a"']), rng.randrange(-1, 9), 1.7e9 + rng.random(),
+            rng.choice([None, rng.random() * 100]), rng.choice([None, rng.random()]),
+            tuple(rng.random() * rng.choice([1e-6, 0.02, 3.0]) for _ in range(rng.randrange(70))),
+            rng.choice([None, 0, 7]), rng.choice([None, 64]), rng.choice(texts),
+            rng.choice([None, 0.0, rng.random()]), rng.choice(texts), rng.choice([None, True, False]),
+            rng.choice([None, 32]), rng.choice([None, 64]), rng.choice([None, 2]),
+            rng.choice([None, "ab" * 16]),
+        )  # fmt: skip
+        line = r.to_line()
+        assert json.loads(line) == json.loads(r._json_line()), line
+        assert parse_line(line) == parse_line(r._json_line())
+    odd = RequestRecord("w", 0, 1.0, float("nan"), None, (float("inf"),), None, None, None)
+    assert json.loads(odd.to_line())["itl"] == [float("inf")]
