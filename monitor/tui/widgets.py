@@ -424,7 +424,7 @@ class GpuPanel(Panel):
             ("tensor", "tensor_active", g.get("tensor_active")),
             ("DRAM", "dram_active", g.get("dram_active")),
         ):
-            past = view.columns(view.gpu_series(self.index, key))
+            past = view.gpu_columns(self.index, key)
             meter(text, label, self.hold(key, now), width, past)
         steady = self.steady
         g = {
@@ -479,7 +479,7 @@ class EnginePanel(Panel):
         view = self.view
 
         def s(key: str, name: str) -> list[float | None]:
-            return view.columns(view.engine_series(key, name))
+            return view.engine_columns(key, name)
 
         running = e.get("running")
         cap = a.get("seq_cap")
@@ -693,10 +693,8 @@ class HostPanel(Panel):
             text.append("host not read", style="dim")
             return text
         h = self.steady.figures("host", h)
-        past = fmt.series(self.view.history, lambda r: (r.get("host") or {}).get("cpu_busy_ratio"))
-        meter(
-            text, "CPU", self.hold("cpu", h.get("cpu_busy_ratio")), width, self.view.columns(past)
-        )
+        past = self.view.host_columns("cpu_busy_ratio")
+        meter(text, "CPU", self.hold("cpu", h.get("cpu_busy_ratio")), width, past)
         bt = h.get("busiest_thread")
         busiest = (
             "-"
