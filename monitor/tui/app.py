@@ -100,6 +100,7 @@ class HeadroomApp(App[int]):
         self.frames_seen = 0
         self.replay_done = False
         self._history: collections.deque = collections.deque(maxlen=HISTORY)
+        self._columns = fmt.ColumnCache()
         self._latest: Frame | None = None
         self._feed_error: str | None = None
         self._stop = threading.Event()
@@ -172,6 +173,7 @@ class HeadroomApp(App[int]):
             history=tuple(self._history),
             feed_error=self._feed_error,
             position=latest.position if latest else None,
+            column_cache=self._columns,
         )
         screen = self.screen
         if isinstance(screen, DataScreen):

@@ -7,6 +7,7 @@ same without colour (NO_COLOR) and the functions are easy to test.
 
 from __future__ import annotations
 
+import collections
 import math
 import re
 import time
@@ -201,6 +202,103 @@ def columns(
         total, n = sums.get(k, (0.0, 0))
         out.append(total / n if n else None)
     return out
+
+
+class ColumnCache:
+    """``columns`` of figures over the app's history, kept from draw to draw.
+
+    The history gains a reading at its end each draw and loses its oldest once full; a
+    figure's sparkline worked out anew read every report of it (five minutes' worth, for
+    each meter, every second). Here each reading is read once, and a span's mean is summed
+    again only when it loses a reading, in the same order, so the columns are exactly
+    ``columns(times, series(history, pick))``.
+    """
+
+    def __init__(self, span_s: float = SPARK_COLUMN_S) -> None:
+        self.span_s = span_s
+        self._folds: dict[Any, _Fold] = {}
+
+    def __call__(
+        self, key: Any, history: Sequence[Mapping[str, Any]], pick: Any
+    ) -> list[float | None]:
+        """The columns of ``pick`` over ``history``; ``key`` names the figure (one pick)."""
+        fold = self._folds.get(key)
+        if fold is None:
+            fold = self._folds[key] = _Fold(pick, self.span_s)
+        out = fold.update(history)
+        if out is None:  # readings out of time order: no shortcut
+            del self._folds[key]
+            times = [r.get("time") for r in history]
+            return columns(times, series(history, pick), self.span_s)
+        return out
+
+
+class _Fold:
+    """One figure's readings as seen (report, span, value) and each span's (sum, count)."""
+
+    def __init__(self, pick: Any, span_s: float) -> None:
+        self.pick = pick
+        self.span_s = span_s
+        self.seen: collections.deque[tuple[Mapping[str, Any], int | None, float | None]] = (
+            collections.deque()
+        )
+        self.sums: dict[int, tuple[float, int]] = {}
+        self.last: int | None = None  # the latest span seen
+
+    def update(self, history: Sequence[Mapping[str, Any]]) -> list[float | None] | None:
+        seen, sums = self.seen, self.sums
+        # The history goes on from what was seen: some reports gone from its front, new
+        # ones at its end. Anything else (another history) is read anew.
+        first = history[0] if history else None
+        gone = next((i for i, item in enumerate(seen) if item[0] is first), len(seen))
+        kept = len(seen) - gone
+        if kept > len(history) or (kept and history[kept - 1] is not seen[-1][0]):
+            seen.clear()
+            sums.clear()
+            self.last, gone, kept = None, 0, 0
+        dirty = set()
+        for _ in range(gone):
+            _, k, v = seen.popleft()
+            if k is not None and v is not None:
+                dirty.add(k)
+        if not seen:
+            self.last = None
+        for rep in history[kept:]:
+            t = rep.get("time")
+            try:
+                v = self.pick(rep)
+            except (KeyError, IndexError, TypeError):
+                v = None
+            v = float(v) if isinstance(v, (int, float)) else None
+            k = None if t is None else int(t // self.span_s)
+            if k is not None:
+                if self.last is not None and k < self.last:
+                    return None
+                self.last = k
+            seen.append((rep, k, v))
+            if k is not None and v is not None:
+                total, n = sums.get(k, (0.0, 0))
+                sums[k] = (total + v, n + 1)
+        for k in dirty:
+            total, n = 0.0, 0
+            for _, kk, v in seen:
+                if kk is not None and kk > k:
+                    break
+                if kk == k and v is not None:
+                    total, n = total + v, n + 1
+            if n:
+                sums[k] = (total, n)
+            else:
+                sums.pop(k, None)
+        head = next((k for _, k, _ in seen if k is not None), None)
+        current = self.last
+        if head is None or current is None or head == current:
+            return []
+        out: list[float | None] = []
+        for k in range(max(head, current - 64), current):
+            total, n = sums.get(k, (0.0, 0))
+            out.append(total / n if n else None)
+        return out
 
 
 class Steady:

@@ -29,6 +29,7 @@ from monitor.tui.widgets import (
     HostPanel,
     LittlePanel,
     NotesPanel,
+    Notice,
     Panel,
     SectionNotice,
     changed_runs,
@@ -142,8 +143,11 @@ class MainScreen(DataScreen):
         self.query_one(StatusBar).update(self.status_text())
         self._sync_gpus(view)
         self._sync_engines(view)
-        for w in self.query("Panel, SectionNotice, NotesPanel"):
-            w.update_view(view)  # type: ignore[attr-defined]
+        # A walk with a type check, not a CSS query: the query's selector matching was a
+        # tenth of a frame's CPU (0.4 ms against 0.01 ms for the screen's 20 widgets).
+        for w in self.walk_children():
+            if isinstance(w, Panel | Notice):
+                w.update_view(view)
 
     def _sync_gpus(self, view: View) -> None:
         want = [g["index"] for g in view.gpus()]
@@ -186,7 +190,7 @@ def _sync_panels(box: Widget, kind: type, want: list[Any], make: Any) -> None:
     mounted before the old one is gone (DuplicateIds when a scenario comes back).
     Panels already on their way out do not count as present.
     """
-    have = {p.key: p for p in box.query(kind) if not p.leaving}
+    have = {p.key: p for p in box.children if isinstance(p, kind) and not p.leaving}
     for key, panel in have.items():
         if key not in want:
             panel.leaving = True

@@ -20,6 +20,8 @@ class View:
     feed_error: str | None = None
     position: tuple[int, int] | None = None
     notes: tuple[str, ...] = field(default=())
+    # The app's sparkline columns, kept across its views (None: worked out each time).
+    column_cache: fmt.ColumnCache | None = field(default=None, compare=False, repr=False)
 
     def gpus(self) -> Sequence[Report]:
         return self.report.get("gpus", ()) if self.report else ()
@@ -43,6 +45,23 @@ class View:
         """A series over the history as sparkline columns (fmt.columns): one per whole span."""
         return fmt.columns([r.get("time") for r in self.history], values)
 
+    def gpu_columns(self, index: int, name: str) -> list[float | None]:
+        """``columns(gpu_series(index, name))``, from the app's cache where there is one."""
+        return self._columns(("gpu", index, name), _pick_gpu(index, name))
+
+    def engine_columns(self, key: str, name: str) -> list[float | None]:
+        """``columns(engine_series(key, name))``, from the app's cache where there is one."""
+        return self._columns(("engine", key, name), _pick_engine(key, name, False))
+
+    def host_columns(self, name: str) -> list[float | None]:
+        """A host figure's sparkline columns, from the app's cache where there is one."""
+        return self._columns(("host", name), _pick_host(name))
+
+    def _columns(self, key: Any, pick: Callable[[Report], Any]) -> list[float | None]:
+        if self.column_cache is None:
+            return self.columns(fmt.series(self.history, pick))
+        return self.column_cache(key, self.history, pick)
+
     def errors_for(self, sources: Sequence[str]) -> list[Report]:
         if not self.report:
             return []
@@ -65,6 +84,13 @@ def _pick_engine(key: str, name: str, in_analysis: bool) -> Callable[[Report], A
             if fmt.engine_key(e) == key:
                 return (e.get("analysis") or {}).get(name) if in_analysis else e.get(name)
         return None
+
+    return pick
+
+
+def _pick_host(name: str) -> Callable[[Report], Any]:
+    def pick(rep: Report) -> Any:
+        return (rep.get("host") or {}).get(name)
 
     return pick
 

@@ -13,6 +13,8 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.visual import visualize
 from textual.widget import Widget
 
 from monitor.text.capacity import NONE_FINISHED, capacity_words, headroom_words
@@ -118,6 +120,12 @@ class Panel(Widget, can_focus=True):
         self._drawn: tuple[int, Text, list[Text]] | None = None
         self._short = 0  # draws in a row that were shorter than the panel
         self.steady = fmt.Steady()
+        # Each text line's strips as last rendered, and the style and width they were
+        # rendered at: see render_line.
+        self._strips: list[tuple[Text, list[Strip]]] = []
+        self._strips_key: tuple[int, Any] | None = None
+        self._screen_strips: list[Strip] | None = None
+        self._split: list[Text] = []  # the drawn text's own lines (before any wrapping)
 
     def update_view(self, view: View) -> None:
         self.view = view
@@ -125,8 +133,11 @@ class Panel(Widget, can_focus=True):
         text = self.draw(width)
         text.rstrip()
         drawn = self._drawn
+        if drawn is not None and drawn[0] == width and not self._short and drawn[1] == text:
+            return  # the same text as shown (most draws of most panels): nothing to do
         console = self.app.console
-        lines = screen_lines(text, width, console)
+        split = text_lines(text)
+        lines = screen_lines(text, width, console, split)
         if drawn is not None and drawn[0] == width and len(lines) < len(drawn[2]):
             # Shorter: keep the height a while (blank lines at the bottom). A height change
             # lays out and repaints the screen below the panel, and a line that wraps or
@@ -134,12 +145,15 @@ class Panel(Widget, can_focus=True):
             self._short += 1
             if self._short < SHRINK_AFTER:
                 text.append("\n" * (len(drawn[2]) - len(lines)))
-                lines = screen_lines(text, width, console)
+                split = text_lines(text)
+                lines = screen_lines(text, width, console, split)
         else:
             self._short = 0
         if drawn is not None and drawn[0] == width and drawn[1] == text:
             return
         self._drawn = (width, text, lines)
+        self._split = split
+        self._screen_strips = None
         if drawn is None or drawn[0] != width or len(drawn[2]) != len(lines):
             self.refresh(layout=True)
             return
@@ -151,6 +165,65 @@ class Panel(Widget, can_focus=True):
         ]
         if regions:
             self.refresh(*regions)
+
+    def render_line(self, y: int) -> Strip:
+        # Textual renders a widget's whole text to strips whenever any of its lines is
+        # dirty: a figure that moved re-rendered every line of its panel (the largest part
+        # of a frame's CPU). Each text line is rendered alone here and its strips kept
+        # while it stays the same; Textual wraps a text line by line, so the strips are
+        # the ones it would make of the whole.
+        drawn = self._drawn
+        width = self.size.width
+        if (
+            drawn is None
+            or drawn[0] != width
+            or self.text_selection is not None
+            or self.styles.content_align != ("left", "top")
+        ):
+            return super().render_line(y)
+        strips = self._screen_strips
+        if strips is None:
+            strips = self._screen_strips = self._render_strips(width)
+        self._dirty_regions.clear()  # what Textual's own render_line would do
+        if y < len(strips):
+            return strips[y]
+        return Strip.blank(width, self.visual_style.rich_style)
+
+    def _render_strips(self, width: int) -> list[Strip]:
+        style = self.visual_style
+        if self._strips_key != (width, style):
+            self._strips_key, self._strips = (width, style), []
+        old = self._strips
+        new: list[tuple[Text, list[Strip]]] = []
+        out: list[Strip] = []
+        for y, line in enumerate(self._split):
+            if y < len(old) and old[y][0] == line:
+                strips = old[y][1]
+            else:
+                strips = self._line_strips(line, y, width, style)
+            new.append((line, strips))
+            out += strips
+        self._strips = new
+        return out[: self.size.height]
+
+    def _line_strips(self, line: Text, y: int, width: int, style: Any) -> list[Strip]:
+        """Text line ``y`` as Textual renders it within the whole text (Content's
+        render_strips for one line, with the line's place in the text: mouse offsets)."""
+        content = visualize(self, line)
+        rule = self.styles.get_rule
+        lines = content._wrap_and_format(  # type: ignore[attr-defined]
+            width,
+            align=rule("text_align", "left"),
+            overflow=rule("text_overflow", "fold"),
+            no_wrap=rule("text_wrap", "wrap") == "nowrap",
+            line_pad=rule("line_pad", 0),
+            tab_size=8,
+            get_style=self._get_style,
+        )
+        for formatted in lines:
+            formatted.y = y
+        # No link styling: a rich Text's lines carry no @click actions for it to find.
+        return [Strip(*formatted.to_strip(style)) for formatted in lines]
 
     def hold(self, key: str, ratio: float | None) -> float | None:
         """A ratio as shown: the percentage last shown while the reading stays within a
@@ -182,10 +255,18 @@ class Panel(Widget, can_focus=True):
         return Text()
 
 
-def screen_lines(text: Text, width: int, console: Any) -> list[Text]:
-    """The lines a text takes on screen at ``width``: its own lines where they fit (most
-    do: panels clip what could overflow), which is several times cheaper than wrapping."""
-    lines = list(text.split("\n", allow_blank=True))
+def text_lines(text: Text) -> list[Text]:
+    """A text's own lines (a line that will wrap is one of them)."""
+    return list(text.split("\n", allow_blank=True))
+
+
+def screen_lines(
+    text: Text, width: int, console: Any, lines: list[Text] | None = None
+) -> list[Text]:
+    """The lines a text takes on screen at ``width``: its own lines (``lines`` when given)
+    where they fit (most do: panels clip what could overflow), which is several times
+    cheaper than wrapping."""
+    lines = text_lines(text) if lines is None else lines
     if all(cell_len(line.plain) <= width for line in lines):
         return lines
     return list(text.wrap(console, max(1, width)))
@@ -204,11 +285,14 @@ def changed_runs(old: Text, new: Text, width: int) -> list[tuple[int, int]]:
     if cell_len(a) != len(a) or cell_len(b) != len(b):
         return [(0, width)]  # wide characters: cells are not characters, repaint it all
     n = min(width, max(len(a), len(b)))
+    # Past its text a line is "\0" here: no character of a panel's, so it differs from
+    # any (padding shows whatever it shows) and not from another line's end.
+    pa, pb = a[:n].ljust(n, "\0"), b[:n].ljust(n, "\0")
     if old.spans == new.spans and old.style == new.style:
-        diff = [i for i in range(n) if _at(a, i) != _at(b, i)]
+        diff = [i for i, (x, y) in enumerate(zip(pa, pb)) if x != y]
     else:
         sa, sb = _cell_styles(old, n), _cell_styles(new, n)
-        diff = [i for i in range(n) if _at(a, i) != _at(b, i) or sa[i] != sb[i]]
+        diff = [i for i, (x, y, p, q) in enumerate(zip(pa, pb, sa, sb)) if x != y or p != q]
     runs: list[tuple[int, int]] = []
     for i in diff:
         if runs and i - runs[-1][1] < RUN_GAP:
@@ -216,11 +300,6 @@ def changed_runs(old: Text, new: Text, width: int) -> list[tuple[int, int]]:
         else:
             runs.append((i, i + 1))
     return runs
-
-
-def _at(s: str, i: int) -> str | None:
-    """The character in cell ``i``, None past the text (padding, whatever it shows)."""
-    return s[i] if i < len(s) else None
 
 
 def _cell_styles(line: Text, n: int) -> list[Any]:
@@ -345,7 +424,7 @@ class GpuPanel(Panel):
             ("tensor", "tensor_active", g.get("tensor_active")),
             ("DRAM", "dram_active", g.get("dram_active")),
         ):
-            past = view.columns(view.gpu_series(self.index, key))
+            past = view.gpu_columns(self.index, key)
             meter(text, label, self.hold(key, now), width, past)
         steady = self.steady
         g = {
@@ -400,7 +479,7 @@ class EnginePanel(Panel):
         view = self.view
 
         def s(key: str, name: str) -> list[float | None]:
-            return view.columns(view.engine_series(key, name))
+            return view.engine_columns(key, name)
 
         running = e.get("running")
         cap = a.get("seq_cap")
@@ -614,10 +693,8 @@ class HostPanel(Panel):
             text.append("host not read", style="dim")
             return text
         h = self.steady.figures("host", h)
-        past = fmt.series(self.view.history, lambda r: (r.get("host") or {}).get("cpu_busy_ratio"))
-        meter(
-            text, "CPU", self.hold("cpu", h.get("cpu_busy_ratio")), width, self.view.columns(past)
-        )
+        past = self.view.host_columns("cpu_busy_ratio")
+        meter(text, "CPU", self.hold("cpu", h.get("cpu_busy_ratio")), width, past)
         bt = h.get("busiest_thread")
         busiest = (
             "-"
@@ -631,7 +708,7 @@ class HostPanel(Panel):
         return text
 
 
-class _Notice(Widget):
+class Notice(Widget):
     """Lines shown only while there is something to say: hidden when empty, repainted only
     when the text changes."""
 
@@ -658,7 +735,7 @@ class _Notice(Widget):
         raise NotImplementedError
 
 
-class SectionNotice(_Notice):
+class SectionNotice(Notice):
     """A source family's errors, in the place its panels would be (the rest keeps updating)."""
 
     DEFAULT_CSS = "SectionNotice { height: auto; }"
@@ -678,7 +755,7 @@ class SectionNotice(_Notice):
         return text
 
 
-class NotesPanel(_Notice):
+class NotesPanel(Notice):
     DEFAULT_CSS = "NotesPanel { height: auto; }"
 
     def render(self) -> Text:

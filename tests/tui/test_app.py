@@ -518,3 +518,18 @@ async def test_a_load_measured_again_after_a_freeze_is_one_point_in_the_sweep_pl
     assert plot.count("*") == 3, plot  # loads 1, 2 and 8
     assert "999" in plot.splitlines()[1], plot  # the top of the plot is the remeasured step
     assert "this machine froze 1.1 s during the hold" in text  # the table keeps both
+
+
+async def test_a_section_notice_says_so_from_the_first_frames_of_a_started_feed() -> None:
+    """A feed started with the app (its first frames drawn while the screen is still being
+    mounted): the section without panels says "no engine read" in its place, under the GPU,
+    and keeps saying it."""
+    h200 = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200" / "matmul-1s.jsonl"
+    app = HeadroomApp(ReplayFeed(h200, speed=8.0))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_frames(app, pilot, 6)
+        await pilot.pause()
+        lines = visible(app).splitlines()
+        top = next(i for i, line in enumerate(lines) if line.startswith("╭─ GPU 0"))
+        end = next(i for i in range(top, len(lines)) if lines[i].startswith("╰"))
+        assert lines[end + 1].strip() == "no engine read"

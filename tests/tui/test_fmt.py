@@ -116,3 +116,36 @@ def test_a_held_verdict_gives_way_to_new_words_a_new_start_or_a_moved_figure() -
     ):
         assert steady.verdict("k", moved) is moved
         steady.verdict("k", v)
+
+
+def test_column_cache_gives_the_columns_worked_out_anew() -> None:
+    """The sparkline columns kept from draw to draw are, after every reading, the ones
+    worked out from the whole history: as the history fills and then loses its oldest
+    readings, across gaps, readings without a time or a value, a clock that steps back
+    and another history read with the same cache."""
+    import collections
+    import random
+
+    rng = random.Random(7)
+    cache = fmt.ColumnCache()
+
+    def pick(rep: dict) -> object:
+        return rep["gpus"][0]["util"]
+
+    history: collections.deque = collections.deque(maxlen=45)
+    t = 1000.0
+    for i in range(400):
+        t += rng.choice([0.5, 1.0, 1.0, 1.0, 3.0, 25.0]) if i != 200 else -40.0
+        util = rng.random() if rng.random() > 0.1 else None
+        rep: dict = {"time": None if rng.random() < 0.03 else t, "gpus": [{"util": util}]}
+        if rng.random() < 0.02:
+            rep = {"time": t, "gpus": []}  # the GPU missing from a reading
+        history.append(rep)
+        snap = tuple(history)
+        want = fmt.columns([r.get("time") for r in snap], fmt.series(snap, pick))
+        assert cache("util", snap, pick) == want, i
+        if i % 97 == 0:
+            other = snap[: len(snap) // 2]
+            want = fmt.columns([r.get("time") for r in other], fmt.series(other, pick))
+            assert cache("util", other, pick) == want, i
+    assert len(want) >= 2

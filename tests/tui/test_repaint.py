@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.strip import Strip
+from textual.visual import Visual
 from tui_helpers import record_story
 
 from monitor.tui.app import HeadroomApp
 from monitor.tui.feeds import Frame, ReplayFeed
 from monitor.tui.fmt import SPARK_COLUMN_S
-from monitor.tui.widgets import SHRINK_AFTER, DiagnosisPanel, GpuPanel, spark_width
+from monitor.tui.widgets import SHRINK_AFTER, DiagnosisPanel, GpuPanel, Panel, spark_width
 
 pytestmark = pytest.mark.anyio
 
@@ -331,3 +333,42 @@ async def test_a_panel_one_line_shorter_keeps_its_height_a_while(
             height, rows = await tick([])
         assert height == tall - 1
         assert "less sure" not in "".join(line.plain for line in diagnosis._drawn[2])
+
+
+async def test_panels_render_the_lines_textual_renders_of_the_whole_text(
+    seq_cap: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Panels render each text line alone and keep its strips while it stays: over a story
+    and a jump in every figure, every panel's lines are, segment for segment, what Textual
+    renders of the panel's whole text."""
+    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=4)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app._publish()
+        await pilot.pause()
+        feed = app.feed
+        assert isinstance(feed, ReplayFeed)
+
+        def check() -> int:
+            n = 0
+            for panel in app.screen.query(Panel):
+                width, height = panel.size
+                whole = Visual.to_strips(panel, panel._render(), width, height, panel.visual_style)
+                lines = [panel.render_line(y) for y in range(height)]
+                blank = Strip.blank(width, panel.visual_style.rich_style)
+                assert lines == whole + [blank] * (height - len(whole)), type(panel).__name__
+                n += panel._screen_strips is not None  # rendered line by line
+            return n
+
+        while (frame := feed.step()) is not None:
+            app.apply_frame(frame, publish=True)
+            await pilot.pause()
+            assert check() >= 3
+        latest = app._latest
+        assert latest is not None and latest.report is not None
+        base = latest.report
+        g = {k: v * 0.5 if isinstance(v, float) else v for k, v in base["gpus"][0].items()}
+        t = base["time"] + 3 * SPARK_COLUMN_S
+        app.apply_frame(Frame({**base, "time": t, "gpus": [g]}), publish=True)
+        await pilot.pause()
+        assert check() >= 3
