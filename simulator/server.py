@@ -556,7 +556,10 @@ async def start_server(
             await asyncio.to_thread(exporter.close)
 
         app.on_cleanup.append(close_spans)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # On SIGTERM a request still queued behind other traffic would hold the shutdown for
+    # aiohttp's default 60 s: the stopped engine never serves it. A second is enough for the
+    # spans still queued; the handlers still waiting are then cancelled.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=2048)
     await site.start()

@@ -150,6 +150,7 @@ class VllmServer:
         self._log_file: IO[bytes] | None = None
         self._own_log = False  # a temp log we made: removed after a clean run
         self.startup_s: float | None = None
+        self._t0 = 0.0
 
     @property
     def url(self) -> str:
@@ -180,6 +181,15 @@ class VllmServer:
         ]
 
     def start(self) -> VllmServer:
+        """Launch the server and return once /health answers (VllmStartError if it never does)."""
+        return self.launch().wait_ready()
+
+    def launch(self) -> VllmServer:
+        """Start the server's processes and return at once: wait_ready() waits for /health.
+
+        Two servers launched before either is waited for start side by side, in little more
+        than the time of one on two cores: most of a start is three processes importing
+        torch and vLLM one after another, each on one core."""
         python = self._python or ensure_venv()
         model_dir = ensure_model(python, self._model_dir)
         if self.log_path is None:
@@ -190,7 +200,7 @@ class VllmServer:
         log = open(self.log_path, "wb")  # closed in stop()
         self._log_file = log
         env = dict(os.environ, **SERVER_ENV, **self._env)
-        t0 = time.monotonic()
+        self._t0 = time.monotonic()
         self._proc = subprocess.Popen(
             self.command(python, model_dir),
             stdin=subprocess.DEVNULL,
@@ -200,12 +210,18 @@ class VllmServer:
             # Only setpgid and prctl run between fork and exec.
             preexec_fn=_new_group_dying_with_parent if self._die_with_parent else _new_group,
         )
+        return self
+
+    def wait_ready(self) -> VllmServer:
+        """Wait until the launched server answers /health; stop it if it never does."""
+        if self.startup_s is not None:
+            return self
         try:
-            self._wait_healthy(t0)
+            self._wait_healthy(self._t0)
         except BaseException:
             self.stop()
             raise
-        self.startup_s = time.monotonic() - t0
+        self.startup_s = time.monotonic() - self._t0
         return self
 
     def _wait_healthy(self, t0: float) -> None:

@@ -189,7 +189,12 @@ def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_not
     the sweep stops there instead of stepping on through holds that measure nothing, and
     the verdict is the box's, not a load's (it read 0 req/s, 0 tok/s, valid, at every load
     and "saturation at 1 (0 tok/s), cause seq-cap")."""
-    h = simulator.start_sim(scenario="seq-cap", port=0, load=True)
+    # Its own users ask for 256 tokens, not 512: a request still waits at least 5.4 s (the
+    # model's time; a loaded box only slows it) behind the 24 queued, past the 4 s of warm-up
+    # and hold, so nothing comes back in the hold; 512 had the sweep's probe and its step's
+    # drain wait 11-25 s each.
+    h = simulator.start_sim(scenario="seq-cap", port=0, load=True,
+                            config={"load": {"output_tokens": 256}})  # fmt: skip
     try:
         out = tmp_path / "b"
         rc = main(["sweep", "--target", h.url, "--concurrency", "1,2,4", "--step-seconds", "3",

@@ -266,3 +266,28 @@ def test_clients_that_leave_mid_stream_leave_no_traceback(sim: SimHandle) -> Non
     assert running == 0
     log = Path(sim.log_path).read_text()
     assert "Traceback" not in log and "ClientConnectionResetError" not in log, log[-2000:]
+
+
+def test_sigterm_ends_the_sim_at_once_with_a_request_still_queued() -> None:
+    """The seq-cap box with its own load holds 24 requests waiting: one more, queued behind
+    them, kept a stopped simulator alive for aiohttp's 60 s shutdown (a Ctrl-C that hung, a
+    test that waited out its 15 s stop and then killed it)."""
+    import json
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    h = start_sim(scenario="seq-cap", load=True)
+    u = urlsplit(h.url)
+    body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 16, "stream": True})
+    with socket.create_connection((u.hostname, u.port)) as conn:
+        conn.sendall(
+            "POST /v1/completions HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+        )
+        time.sleep(0.5)  # in the queue now: 24 wait ahead of it, seconds before its turn
+        t0 = time.monotonic()
+        h.stop(timeout=20)  # SIGTERM; SIGKILL after 20 s
+        took = time.monotonic() - t0
+    assert not h.running
+    assert took < 5, f"the simulator took {took:.1f} s to stop (killed at 20 s)"

