@@ -1,18 +1,22 @@
-"""PNG plots of a sweep (matplotlib, Agg backend: no display needed)."""
+"""PNG plots of a sweep (matplotlib's Agg renderer: no display needed).
+
+Each figure is drawn once, when it is saved: its margins are fixed here rather than
+measured by a layout pass (tight_layout draws the whole figure to measure it, which cost
+as much as the draw that saves it), and titles sit at a fixed height (matplotlib's
+automatic title placement measures every y axis of the figure again at each draw).
+Figures are plain ``Figure`` objects, not pyplot's: no backend to choose, nothing to close.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
-
-from loadgen.analysis import effective_steps, load_of  # noqa: E402
-from loadgen.schema import StepResult, SweepResult  # noqa: E402
+from loadgen.analysis import effective_steps, load_of
+from loadgen.schema import StepResult, SweepResult
 
 PLOTS = (
     "throughput.png",
@@ -61,9 +65,39 @@ def _log2_axis(ax, xs: list[float]) -> None:
         ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_locator(NullLocator())
-        if len(ticks) > 8:
-            for label in ax.get_xticklabels():
-                label.set_rotation(45)
+        if _rotated(xs):
+            ax.tick_params(axis="x", labelrotation=45)
+
+
+def _rotated(xs: list[float]) -> bool:
+    """More than 8 loads: their labels are turned 45 degrees so they do not overlap."""
+    return len(set(xs)) > 8
+
+
+# Margins in inches, wide enough for what the axes carry: y tick labels of six digits or a
+# log axis's "6 x 10^-1" and the axis label beside them; the bottom holds the x tick labels
+# (taller when turned) and the x label; the top the title.
+_LEFT_IN = 1.02
+_RIGHT_IN = 0.18
+_RIGHT_TWIN_IN = 0.95  # a second y axis on the right: its tick labels and label
+_TOP_IN = 0.37
+_BOTTOM_IN = 0.6
+_BOTTOM_ROTATED_IN = 0.82
+
+
+def _figure(rows: int, height: float, *, twin: bool, rotated: bool) -> tuple[Figure, list]:
+    """A 7-inch-wide figure of ``rows`` axes stacked on one load axis, its layout fixed."""
+    fig = Figure(figsize=(7, height))
+    axes = fig.subplots(rows, 1, sharex=rows > 1, squeeze=False)[:, 0].tolist()
+    width = 7
+    fig.subplots_adjust(
+        left=_LEFT_IN / width,
+        right=1 - (_RIGHT_TWIN_IN if twin else _RIGHT_IN) / width,
+        bottom=(_BOTTOM_ROTATED_IN if rotated else _BOTTOM_IN) / height,
+        top=1 - _TOP_IN / height,
+        hspace=0.1,
+    )
+    return fig, axes
 
 
 def write_plots(out: Path, result: SweepResult) -> list[Path]:
@@ -74,7 +108,7 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     xs = _xs(steps)
     xl = _xlabel(result)
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (ax,) = _figure(1, 4.2, twin=True, rotated=_rotated(xs))
     ax.plot(xs, _series(steps, "output_tokens_per_s"), "o-", label="output tok/s")
     ax.set_xlabel(xl)
     ax.set_ylabel("output tokens/s")
@@ -89,12 +123,11 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
-    ax.set_title("Throughput vs load")
+    _title(ax, "Throughput vs load")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
     paths.append(_save(fig, out / "throughput.png"))
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (ax,) = _figure(1, 4.2, twin=False, rotated=_rotated(xs))
     for name, style in (("ttft_p50_s", "o-"), ("ttft_p95_s", "o:"), ("itl_p50_s", "s-"),
                         ("itl_p95_s", "s:"), ("e2e_p50_s", "^-")):  # fmt: skip
         ax.plot(xs, _series(steps, name), style, label=name.removesuffix("_s").replace("_", " "))
@@ -104,12 +137,11 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     _log2_axis(ax, xs)
     _mark_saturation(ax, result)
     ax.legend(fontsize=8)
-    ax.set_title("Latency vs load")
+    _title(ax, "Latency vs load")
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
     paths.append(_save(fig, out / "latency.png"))
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (ax,) = _figure(1, 4.2, twin=False, rotated=False)
     tput = _series(steps, "output_tokens_per_s")
     for name, style in (("ttft_p95_s", "o-"), ("e2e_p50_s", "^-"), ("itl_p95_s", "s-")):
         ax.plot(tput, _series(steps, name), style, label=name.removesuffix("_s").replace("_", " "))
@@ -121,12 +153,13 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     ax.set_xlabel("output tokens/s")
     ax.set_ylabel("seconds")
     ax.legend(fontsize=8)
-    ax.set_title("Latency vs throughput (labels: load)")
+    _title(ax, "Latency vs throughput (labels: load)")
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
     paths.append(_save(fig, out / "latency_vs_throughput.png"))
 
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    preempt = _series(steps, "preemptions_per_s")
+    preempted = any(p == p and p > 0 for p in preempt)  # only where it did (NaN != NaN)
+    fig, (ax, bx) = _figure(2, 6, twin=preempted, rotated=_rotated(xs))
     for name in ("util", "sm_active", "tensor_active", "dram_active"):
         ys = [
             float("nan") if getattr(s.gpu, name) is None else 100 * getattr(s.gpu, name)
@@ -143,12 +176,11 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     ax.plot(xs, kv, "D-", color="tab:purple", label="KV cache used")
     ax.set_ylabel("GPU activity, KV cache (%)")
     ax.set_ylim(0, 105)
-    ax.set_title("GPU activity, KV cache and engine queues vs load")
+    _title(ax, "GPU activity, KV cache and engine queues vs load")
     ax.grid(alpha=0.3)
     _mark_saturation(ax, result)
     handles, labels = ax.get_legend_handles_labels()
-    preempt = _series(steps, "preemptions_per_s")
-    if any(p == p and p > 0 for p in preempt):  # only where the engine preempted (NaN != NaN)
+    if preempted:
         px = ax.twinx()
         px.plot(xs, preempt, "v--", color="tab:red", label="preemptions/s")
         px.set_ylabel("preemptions/s")
@@ -163,7 +195,6 @@ def write_plots(out: Path, result: SweepResult) -> list[Path]:
     _log2_axis(bx, xs)
     bx.legend(fontsize=8)
     bx.grid(alpha=0.3)
-    fig.tight_layout()
     paths.append(_save(fig, out / "engine.png"))
     parts = [s.ttft_parts or {} for s in steps]
     if any(p.get("engine_ttft_s") is not None or p.get("median_request") for p in parts):
@@ -178,10 +209,10 @@ def _energy_plot(
 ) -> Path:
     """Energy per token against load, under throughput on the same load axis: batching
     spreads the GPU's watts over more tokens until the box saturates."""
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    fig, (ax, bx) = _figure(2, 6, twin=True, rotated=_rotated(xs))
     ax.plot(xs, _series(steps, "output_tokens_per_s"), "o-", label="output tok/s")
     ax.set_ylabel("output tokens/s")
-    ax.set_title("Throughput and energy per token vs load")
+    _title(ax, "Throughput and energy per token vs load")
     ax.grid(alpha=0.3)
     _mark_saturation(ax, result)
     ax.legend(fontsize=8, loc="upper left")
@@ -200,7 +231,6 @@ def _energy_plot(
     h2, l2 = px.get_legend_handles_labels()
     bx.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper right")
     bx.grid(alpha=0.3, which="both")
-    fig.tight_layout()
     return _save(fig, out / "energy.png")
 
 
@@ -211,7 +241,7 @@ def _ttft_parts_plot(out: Path, steps: Sequence[StepResult], parts: list[dict], 
     client's median), else the engine's means (which a few long waits pull away from it)."""
     spans = [bool(p.get("median_request")) for p in parts]
     parts = [p.get("median_request") or p for p in parts]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (ax,) = _figure(1, 4.2, twin=False, rotated=False)
     labels = [f"{load_of(s):g}" for s in steps]
     bottom = [0.0] * len(steps)
     for key, name, colour in (
@@ -235,14 +265,18 @@ def _ttft_parts_plot(out: Path, steps: Sequence[StepResult], parts: list[dict], 
         if not any(spans)
         else "median request where spans came, else engine means"
     )
-    ax.set_title(f"Where the time to first token goes ({how})", fontsize=10)
+    _title(ax, f"Where the time to first token goes ({how})", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
     return _save(fig, out / "ttft_parts.png")
 
 
-def _save(fig, path: Path) -> Path:
+def _title(ax, text: str, **kwargs) -> None:
+    """The title at the top of the axes, where matplotlib would place it (nothing is drawn
+    above these axes), without its search for labels in the way at each draw."""
+    ax.set_title(text, y=1.0, **kwargs)
+
+
+def _save(fig: Figure, path: Path) -> Path:
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
