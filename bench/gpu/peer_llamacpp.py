@@ -3,7 +3,7 @@
     python bench/gpu/peer_llamacpp.py --tokenizer DIR (--target URL | --server BIN --model GGUF
         | --cpu-tiny) [--loads 1,4,16,32] [--input-tokens 256] [--output-tokens 256]
         [--warmup-s 5] [--hold-s 25] [--parallel 32] [--guidellm "python3 -m guidellm"]
-        [--nvml auto|on|off] [--out FILE] [--work DIR]
+        [--nvml auto|on|off] [--no-dephase] [--out FILE] [--work DIR]
 
 Both clients send the same requests: synthetic prompts of exactly --input-tokens tokens
 counted with the model's own tokenizer (DIR: the Hugging Face folder that
@@ -134,6 +134,9 @@ def run_headroom(a: argparse.Namespace, url: str, load: int, work: Path) -> dict
     ]  # fmt: skip
     if a.nvml_on:
         cmd.append("--nvml")
+    if a.no_dephase:
+        # Its users then start together, as GuideLLM's streams do: the like-for-like load.
+        cmd.append("--no-dephase")
     # This checkout first; what PYTHONPATH held (carried wheels on the GPU machine) after it.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONPATH=path)
@@ -272,6 +275,13 @@ def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, c
         "the first with headroom first, the next with GuideLLM first, and so on; "
         "server tok/s: llama.cpp's own tokens_predicted_total over each client's window; "
         "gl cached: prompt tokens per request the server took from its cache",
+        "headroom's users: "
+        + (
+            "started together (--no-dephase), as GuideLLM's streams"
+            if a.no_dephase
+            else "de-phased (each first request a random share of its reply); GuideLLM's "
+            "streams start together"
+        ),
         "energy (headroom's sweep only): "
         + (
             "the GPU read through NVML (headroom sweep --nvml), its mean power and joules per "
@@ -365,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nvml", choices=("auto", "on", "off"), default="auto",
                    help="headroom's sweep reads this host's GPUs through NVML for energy per "
                    "token (auto: when nvidia-smi lists a GPU)")  # fmt: skip
+    p.add_argument("--no-dephase", action="store_true",
+                   help="headroom's closed loop starts its users together (sweep --no-dephase), "
+                   "as GuideLLM's concurrent profile does")  # fmt: skip
     a = p.parse_args(argv)
     a.nvml_on = a.nvml == "on" or (a.nvml == "auto" and gpu_here())
     if not a.cpu_tiny and not (a.tokenizer / "tokenizer.json").is_file():
