@@ -56,6 +56,23 @@ def row(name: str, t: dict) -> str:
             f"{b.get('saturation_concurrency')}; stopped: {t['stopped']}")  # fmt: skip
 
 
+def path_lines(t: dict, notes_label: str) -> list[str]:
+    """A tune's path, its predictions against what was measured, and its runs' notes."""
+    rows = ["  tune's path: " + "; ".join(
+        f"run {r['index']} {r['knobs']} knee {r.get('saturation_concurrency')} "
+        f"{r.get('throughput_tok_s')} tok/s {r.get('cause')}" for r in t["runs"])]  # fmt: skip
+    rows.append("  predictions: " + "; ".join(
+        f"{x['knob']} {x['from']}->{x['to']}"
+        + "".join(f" + {a['knob']} {a['current']}->{a['to']}" for a in x.get("also") or [])
+        + f" predicted {x['predicted_tok_s']} measured {x['measured_tok_s']} (x{x['ratio']})"
+        for x in t["predictions"]))  # fmt: skip
+    notes = [f"run {r['index']}: {r['decision']['note']}" for r in t["runs"]
+             if (r.get("decision") or {}).get("note")]  # fmt: skip
+    if notes:
+        rows.append(f"  {notes_label}: " + "; ".join(notes))
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "tune_vs_grid_sim.txt")
@@ -95,18 +112,7 @@ def main() -> None:
                  f"  tune's best / grid's best {tb / gb if gb else float('nan'):.3f} "
                  f"({'within' if ok_tok else 'NOT within'} 5%); runs {len(t['runs'])} of "
                  f"{len(g['runs'])} ({'at most' if ok_runs else 'MORE than'} a third)"]  # fmt: skip
-        rows.append("  tune's path: " + "; ".join(
-            f"run {r['index']} {r['knobs']} knee {r.get('saturation_concurrency')} "
-            f"{r.get('throughput_tok_s')} tok/s {r.get('cause')}" for r in t["runs"]))  # fmt: skip
-        rows.append("  predictions: " + "; ".join(
-            f"{x['knob']} {x['from']}->{x['to']}"
-            + "".join(f" + {a['knob']} {a['current']}->{a['to']}" for a in x.get("also") or [])
-            + f" predicted {x['predicted_tok_s']} measured {x['measured_tok_s']} (x{x['ratio']})"
-            for x in t["predictions"]))  # fmt: skip
-        notes = [f"run {r['index']}: {r['decision']['note']}" for r in t["runs"]
-                 if (r.get("decision") or {}).get("note")]  # fmt: skip
-        if notes:
-            rows.append("  past a client-limited knee: " + "; ".join(notes))
+        rows += path_lines(t, "past a client-limited knee")
         rows.append("  grid: " + "; ".join(
             f"{'/'.join(str(v) for v in r['knobs'].values())}: {r.get('throughput_tok_s')}"
             for r in g["runs"] if r))  # fmt: skip

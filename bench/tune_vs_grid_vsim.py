@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT / "tests" / "loadgen"))
 
 from virtual_tune import tune  # noqa: E402
 
+from bench.tune_vs_grid_sim import path_lines  # noqa: E402
 from loadgen import tune_plan as plan  # noqa: E402
 from simulator.scenarios import build  # noqa: E402
 
@@ -84,18 +85,7 @@ def main() -> None:
                  f"({'within' if ok_tok else 'NOT within'} 5%, first after "
                  f"{first if first else '-'} runs); runs {len(t['runs'])} of {len(g['runs'])} "
                  f"({'at most' if ok_runs else 'MORE than'} a third)"]  # fmt: skip
-        rows.append("  tune's path: " + "; ".join(
-            f"run {r['index']} {r['knobs']} knee {r.get('saturation_concurrency')} "
-            f"{r.get('throughput_tok_s')} tok/s {r.get('cause')}" for r in t["runs"]))  # fmt: skip
-        rows.append("  predictions: " + "; ".join(
-            f"{x['knob']} {x['from']}->{x['to']}"
-            + "".join(f" + {a['knob']} {a['current']}->{a['to']}" for a in x.get("also") or [])
-            + f" predicted {x['predicted_tok_s']} measured {x['measured_tok_s']} (x{x['ratio']})"
-            for x in t["predictions"]))  # fmt: skip
-        notes = [f"run {r['index']}: {r['decision']['note']}" for r in t["runs"]
-                 if (r.get("decision") or {}).get("note")]  # fmt: skip
-        if notes:
-            rows.append("  followed the what-if: " + "; ".join(notes))
+        rows += path_lines(t, "followed the what-if")
         rows.append("  grid: " + "; ".join(
             f"{'/'.join(str(v) for v in r['knobs'].values())}: {r.get('throughput_tok_s')} "
             f"({r.get('cause')})" for r in g["runs"]))  # fmt: skip
