@@ -367,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--rounds", type=int, default=1, help="repeat the loads; odd rounds swap the order"
     )
+    p.add_argument(
+        "--first-round", type=int, default=1,
+        help="number the rounds from here (a later device call goes on where one stopped)",
+    )  # fmt: skip
     p.add_argument("--model-name", default="peer", help="the model name sent in requests")
     p.add_argument("--guidellm", default=f"{sys.executable} -m guidellm", help="its command line")
     p.add_argument("--out", type=Path, default=None, help="the table (also printed)")
@@ -388,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     a.tokenizer = a.tokenizer.resolve()
     loads = [int(x) for x in a.loads.split(",") if x]
-    for rnd in range(a.rounds):
+    rounds = range(a.first_round - 1, a.first_round - 1 + a.rounds)
+    for rnd in rounds:
         (a.work / f"r{rnd + 1}").mkdir(parents=True, exist_ok=True)
 
     server: Any = None
@@ -421,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check = tokenize_check(url, a.tokenizer)
         log(check)
-        for rnd in range(a.rounds):
+        for rnd in rounds:
             # Odd rounds swap the order, so a drift of the machine weighs on both clients.
             clients = [("headroom", run_headroom), ("guidellm", run_guidellm)]
             if rnd % 2:
