@@ -123,11 +123,13 @@ def gpu_here() -> bool:
     return listed.returncode == 0 and "GPU" in listed.stdout
 
 
-def run_headroom(a: argparse.Namespace, url: str, load: int, work: Path) -> dict[str, Any]:
+def run_headroom(a: argparse.Namespace, url: str, load: float, work: Path) -> dict[str, Any]:
     out = work / f"headroom-{load}"
     cmd = [
         sys.executable, "-m", "headroom", "sweep", "--target", url, "--api", "completions",
-        "--concurrency", str(load), "--step-seconds", str(a.hold_s),
+        *(("--rates", f"{load:g}", "--arrival", "constant") if a.open_loop
+          else ("--concurrency", str(load))),
+        "--step-seconds", str(a.hold_s),
         "--warmup-seconds", str(a.warmup_s), "--input-tokens", str(a.input_tokens),
         "--output-tokens", str(a.output_tokens), "--tokenizer", str(a.tokenizer),
         "--quiet", "--out", str(out),
@@ -168,9 +170,10 @@ def run_headroom(a: argparse.Namespace, url: str, load: int, work: Path) -> dict
 
 
 def guidellm_scenario(
-    a: argparse.Namespace, url: str, load: int, report: Path, seed: int
+    a: argparse.Namespace, url: str, load: float, report: Path, seed: int
 ) -> dict[str, Any]:
-    """GuideLLM's run, as a scenario file: one concurrent benchmark of ``load`` streams.
+    """GuideLLM's run, as a scenario file: one concurrent benchmark of ``load`` streams, or
+    with --open-loop one of ``load`` requests/s sent at constant intervals.
 
     Its synthetic prompts follow its seed: the same seed twice sends the same prompts, which
     llama-server then serves from its prompt cache (a TTFT of a few ms). Each run gets its
@@ -182,7 +185,8 @@ def guidellm_scenario(
                 "request_format": "/v1/completions", "stream": True, "http2": False,
             },
             "profile": {
-                "kind": "concurrent", "streams": [load],
+                **({"kind": "constant", "rate": [load]} if a.open_loop
+                   else {"kind": "concurrent", "streams": [load]}),
                 "warmup": {"mode": "duration", "value": a.warmup_s},
             },
             "tokenizer": {"kind": "huggingface_auto", "model": str(a.tokenizer)},
@@ -198,7 +202,7 @@ def guidellm_scenario(
     }  # fmt: skip
 
 
-def run_guidellm(a: argparse.Namespace, url: str, load: int, work: Path) -> dict[str, Any]:
+def run_guidellm(a: argparse.Namespace, url: str, load: float, work: Path) -> dict[str, Any]:
     scenario, report = work / f"guidellm-{load}.scenario.json", work / f"guidellm-{load}.json"
     seed = int(time.time() * 1000) % 1_000_000_007
     scenario.write_text(json.dumps(guidellm_scenario(a, url, load, report, seed), indent=1))
@@ -275,9 +279,18 @@ def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, c
         "the first with headroom first, the next with GuideLLM first, and so on; "
         "server tok/s: llama.cpp's own tokens_predicted_total over each client's window; "
         "gl cached: prompt tokens per request the server took from its cache",
+        "load: "
+        + (
+            "requests/s, open loop, sent at constant intervals by both (headroom sweep --rates R "
+            "--arrival constant; GuideLLM's constant profile)"
+            if a.open_loop
+            else "concurrent streams, closed loop"
+        ),
         "headroom's users: "
         + (
-            "started together (--no-dephase), as GuideLLM's streams"
+            "each request sent when due, whatever the replies (no users to de-phase)"
+            if a.open_loop
+            else "started together (--no-dephase), as GuideLLM's streams"
             if a.no_dephase
             else "de-phased (each first request a random share of its reply); GuideLLM's "
             "streams start together"
@@ -317,7 +330,7 @@ def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, c
             f"{num(g.get('cpu_s'), '.0f')}/{num(g.get('wall_s'), '.0f')}"
         )
         lines.append(
-            f"{r['load']:>4} {r['round']:>3} {num(h.get('tok_s'), ',.1f'):>14} {num(g.get('tok_s'), ',.1f'):>14} "
+            f"{r['load']:>4g} {r['round']:>3} {num(h.get('tok_s'), ',.1f'):>14} {num(g.get('tok_s'), ',.1f'):>14} "
             f"{num(tr, '.3f'):>6} {ms(h.get('ttft_p50_s')):>17} {ms(g.get('ttft_p50_s')):>17} "
             f"{num(fr, '.3f'):>6}   {tokens:<26} {num(g.get('cached_tokens'), '.1f'):>9} "
             f"{h.get('requests', '-')!s:>5}/{g.get('requests', '-')!s:<5}   "
@@ -379,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nvml", choices=("auto", "on", "off"), default="auto",
                    help="headroom's sweep reads this host's GPUs through NVML for energy per "
                    "token (auto: when nvidia-smi lists a GPU)")  # fmt: skip
+    p.add_argument("--open-loop", action="store_true",
+                   help="--loads are request rates (req/s), sent at constant intervals by both "
+                   "clients: the same arrivals whatever the replies, so neither phase-locks")  # fmt: skip
     p.add_argument("--no-dephase", action="store_true",
                    help="headroom's closed loop starts its users together (sweep --no-dephase), "
                    "as GuideLLM's concurrent profile does")  # fmt: skip
@@ -391,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         print("peer_llamacpp: --server needs --model", file=sys.stderr)
         return 1
     a.tokenizer = a.tokenizer.resolve()
-    loads = [int(x) for x in a.loads.split(",") if x]
+    loads = [(float if a.open_loop else int)(x) for x in a.loads.split(",") if x]
     rounds = range(a.first_round - 1, a.first_round - 1 + a.rounds)
     for rnd in rounds:
         (a.work / f"r{rnd + 1}").mkdir(parents=True, exist_ok=True)
