@@ -166,6 +166,7 @@ def run_headroom(a: argparse.Namespace, url: str, load: float, work: Path) -> di
         + [n for n in result.get("notes", []) if "NVML" in n or "energy" in n][:2],
         "wall_s": round(time.monotonic() - t0, 1),
         "cpu_s": round(cpu, 1),  # the client's processes, start-up included
+        "records": str(out / "requests.jsonl"),
     }
 
 
@@ -209,11 +210,14 @@ def run_guidellm(a: argparse.Namespace, url: str, load: float, work: Path) -> di
     cmd = [*shlex.split(a.guidellm), "run", "--scenario", str(scenario), "--disable-progress"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     t0, cpu0 = time.monotonic(), _children_cpu()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=env, timeout=900)
+    # Written as it runs: --together starts headroom when this log says the benchmark began.
+    log_path = work / f"guidellm-{load}.log"
+    with log_path.open("w") as sink:
+        proc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, cwd=work,
+                              env=env, timeout=900)  # fmt: skip
     cpu = _children_cpu() - cpu0
-    (work / f"guidellm-{load}.log").write_text(proc.stdout + "\n--- stderr\n" + proc.stderr)
     if proc.returncode != 0 or not report.exists():
-        raise RuntimeError(f"guidellm rc={proc.returncode}: {(proc.stderr or proc.stdout)[-600:]}")
+        raise RuntimeError(f"guidellm rc={proc.returncode}: {log_path.read_text()[-600:]}")
     bench = json.loads(report.read_text())["benchmarks"][-1]
     m = bench["metrics"]
     done = bench["requests"]["successful"]
@@ -233,6 +237,7 @@ def run_guidellm(a: argparse.Namespace, url: str, load: float, work: Path) -> di
         "seed": seed,
         "wall_s": round(time.monotonic() - t0, 1),
         "cpu_s": round(cpu, 1),  # the client's processes, start-up included
+        "report": str(report),
     }
 
 
@@ -242,6 +247,106 @@ CHECK_TEXTS = (
     "Hello, world! It's 2026; numbers 12345 and 3.14 -- don't we'll  spaces\n\nnew\tlines",
     "naive cafe \u2014 \u201cquotes\u201d \u65e5\u672c\u8a9e \U0001f642",
 )
+
+
+def _p50(values: list[float]) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def headroom_in_window(records: Path, start: float, end: float) -> tuple[float, float | None, int]:
+    """Output tokens/s, TTFT p50 and requests sent, over [start, end], from headroom's own
+    per-request records: each token at its own arrival (first token, then the gaps)."""
+    tokens, ttfts = 0.0, []
+    for line in records.read_text().splitlines():
+        if not line.startswith('{"k":"r"'):
+            continue
+        r = json.loads(line)
+        if r.get("err") or r.get("ttft") is None:
+            continue
+        if start <= r["t0"] <= end:
+            ttfts.append(r["ttft"])
+        # A read may carry several tokens: each event weighs the reply's tokens over events.
+        weight = (r.get("out") or 0) / (1 + len(r["itl"])) or 1.0
+        t = r["t0"] + r["ttft"]
+        n = 1 if start <= t <= end else 0
+        for gap in r["itl"]:
+            t += gap
+            n += start <= t <= end
+        tokens += n * weight
+    return tokens / (end - start), _p50(ttfts), len(ttfts)
+
+
+def guidellm_in_window(report: Path, start: float, end: float) -> tuple[float, float | None, int]:
+    """The same from GuideLLM's report: its requests' first and last token times, the tokens
+    between them spread evenly (its report keeps no time for each token)."""
+    bench = json.loads(report.read_text())["benchmarks"][-1]
+    tokens, ttfts = 0.0, []
+    for r in bench["requests"]["successful"]:
+        tm = r["info"]["timings"]
+        first, last, n = (
+            tm.get("first_token_iteration"),
+            tm.get("last_token_iteration"),
+            r["output_tokens"],
+        )
+        if first is None or not n:
+            continue
+        if start <= r["request_start_time"] <= end:
+            ttfts.append(r["time_to_first_token_ms"] / 1000)
+        last = last if last is not None else first
+        for k in range(int(n)):
+            t = first if n == 1 else first + (last - first) * k / (n - 1)
+            tokens += start <= t <= end
+    return tokens / (end - start), _p50(ttfts), len(ttfts)
+
+
+def run_together(a: argparse.Namespace, url: str, load: float, work: Path) -> dict[str, Any]:
+    """Both clients on the server at once, each at ``load``: one server state for both.
+
+    GuideLLM starts first (its start-up is the slower and varies), headroom as soon as
+    GuideLLM's log says its benchmark began, and GuideLLM holds --together-lead s longer at
+    each end than headroom's warm-up and hold. Each client's figures are then read again over
+    the window both held, from each one's per-request records."""
+    lead = a.together_lead
+    gl_args = argparse.Namespace(**{**vars(a), "hold_s": a.hold_s + 2 * lead})
+    out: dict[str, Any] = {}
+
+    def began() -> bool:
+        gl_log = work / f"guidellm-{load}.log"
+        return gl_log.exists() and "Starting benchmark" in gl_log.read_text(errors="replace")
+
+    def go(who: str, fn: Any, args: argparse.Namespace, wait: bool) -> None:
+        until = time.monotonic() + 600
+        while wait and not began() and "guidellm_error" not in out and time.monotonic() < until:
+            time.sleep(0.2)
+        try:
+            out[who] = fn(args, url, load, work)
+        except Exception as exc:  # one failed client must not cost the other's
+            out[f"{who}_error"] = str(exc)[:300]
+
+    threads = [
+        threading.Thread(target=go, args=("guidellm", run_guidellm, gl_args, False)),
+        threading.Thread(target=go, args=("headroom", run_headroom, a, True)),
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    h, g = out.get("headroom"), out.get("guidellm")
+    if h and g:
+        start, end = max(h["window"][0], g["window"][0]), min(h["window"][1], g["window"][1])
+        if end - start < 5:
+            out["headroom_error"] = f"the clients' holds overlapped {end - start:.1f} s only"
+            return out
+        for res, fn, src in ((h, headroom_in_window, "records"), (g, guidellm_in_window, "report")):
+            res["own"] = {k: res[k] for k in ("tok_s", "ttft_p50_s", "requests", "window")}
+            res["tok_s"], res["ttft_p50_s"], res["requests"] = fn(Path(res[src]), start, end)
+            res["window"] = (start, end)
+            res["cpu_s"] = None  # both clients' processes ran at once: not told apart
+    return out
 
 
 def tokenize_check(url: str, tokenizer: Path) -> str:
@@ -285,6 +390,15 @@ def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, c
             "--arrival constant; GuideLLM's constant profile)"
             if a.open_loop
             else "concurrent streams, closed loop"
+        )
+        + (
+            f"; --together: both clients on the server at once, each at the load (the server "
+            f"serves twice it), headroom started when GuideLLM's benchmark began, GuideLLM held "
+            f"{2 * a.together_lead:g} s longer; each client's tok/s and TTFT p50 read "
+            "again from its per-request records over the window both held (GuideLLM's tokens "
+            "spread evenly between its first and last token times)"
+            if a.together
+            else ""
         ),
         "headroom's users: "
         + (
@@ -395,6 +509,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--open-loop", action="store_true",
                    help="--loads are request rates (req/s), sent at constant intervals by both "
                    "clients: the same arrivals whatever the replies, so neither phase-locks")  # fmt: skip
+    p.add_argument("--together", action="store_true",
+                   help="both clients on the server at once, each at the load: the same server "
+                   "state for both, so a drift of the server between runs cannot tell them apart")  # fmt: skip
+    p.add_argument("--together-lead", type=float, default=15.0,
+                   help="with --together: seconds GuideLLM holds past each end of headroom's "
+                   "warm-up and hold (headroom's start-up is inside it)")  # fmt: skip
     p.add_argument("--no-dephase", action="store_true",
                    help="headroom's closed loop starts its users together (sweep --no-dephase), "
                    "as GuideLLM's concurrent profile does")  # fmt: skip
@@ -453,7 +573,12 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"round {rnd + 1} load {load}: skipped, the deadline is near")
                     continue
                 row: dict[str, Any] = {"load": load, "round": rnd + 1, "first": clients[0][0]}
-                for who, fn in clients:
+                if a.together:
+                    row["first"] = "together"
+                    # The server's count is both clients' here: no column of its own.
+                    row.update(run_together(a, url, load, a.work / f"r{rnd + 1}"))
+                    log(f"round {rnd + 1} load {load} together: {row}")
+                for who, fn in [] if a.together else clients:
                     try:
                         res = fn(a, url, load, a.work / f"r{rnd + 1}")
                         time.sleep(1.0)  # a counter sample after the window's end
