@@ -9,10 +9,13 @@ Figures are plain ``Figure`` objects, not pyplot's: no backend to choose, nothin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from matplotlib import rcParams
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from loadgen.analysis import effective_steps, load_of
@@ -63,10 +66,46 @@ def _log2_axis(ax, xs: list[float]) -> None:
     ticks = sorted(set(xs))
     if ticks:
         ax.xaxis.set_major_locator(FixedLocator(ticks))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        shown = _labelled(ax, ticks, rotated=_rotated(xs))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}" if v in shown else ""))
         ax.xaxis.set_minor_locator(NullLocator())
         if _rotated(xs):
             ax.tick_params(axis="x", labelrotation=45)
+
+
+def _labelled(ax, ticks: list[float], *, rotated: bool) -> set[float]:
+    """The loads whose tick labels fit side by side: the ends, then powers of two, then the
+    rest, each kept if it clears the labels already kept. A sweep that bisects toward its
+    knee measures 192, 224 and 256, a fraction of a doubling apart on a log axis: their
+    labels would print over each other, so the crowded ones keep a tick and lose the text."""
+    lo, hi = ax.get_xlim()
+    log = ax.get_xscale() == "log"
+    if log:
+        lo, hi = math.log2(lo), math.log2(hi)
+    span = hi - lo
+    if span <= 0:
+        return set(ticks)
+    fig = ax.get_figure()
+    width_in = ax.get_position().width * fig.get_figwidth()
+    size_in = FontProperties(size=rcParams["xtick.labelsize"]).get_size_in_points() / 72
+
+    def at(v: float) -> float:  # inches from the axis' left end
+        return ((math.log2(v) if log else v) - lo) / span * width_in
+
+    def half(v: float) -> float:  # half a label's footprint along the axis, and a gap
+        text = 0.3 * size_in * len(f"{v:g}")
+        # Turned 45 degrees, a label spans its length and its height, each at cos 45.
+        return 0.71 * (text + 0.5 * size_in) + 0.02 if rotated else text + 0.05
+
+    first, last = ticks[0], ticks[-1]
+    order = [first, last] + sorted(
+        ticks[1:-1], key=lambda v: (not math.log2(v).is_integer() if v > 0 else True, v)
+    )
+    kept: list[float] = []
+    for v in order:
+        if all(abs(at(v) - at(k)) >= half(v) + half(k) for k in kept):
+            kept.append(v)
+    return set(kept)
 
 
 def _rotated(xs: list[float]) -> bool:
