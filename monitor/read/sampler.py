@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from monitor.sources.base import Reading, Source
 from monitor.sources.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
 from monitor.window.full import compute_window
-from monitor.window.stats import WindowStats
+from monitor.window.stats import BASELINE_LOOKBACK, WindowStats
 
 log = logging.getLogger(__name__)
 
@@ -333,11 +333,13 @@ class Sampler:
         # One tick's reading covers the interval before it; include one snapshot
         # before the start so counters have a baseline at the window's edge.
         start = None if seconds is None else stop - seconds - 1e-9
-        if start is not None:
-            earlier = [s for s in snaps if s.t < start]
-            if earlier:
-                start = earlier[-1].t
-        return compute_window(snaps, start, stop)
+        if start is None or seconds is None:
+            return compute_window(snaps, start, stop)
+        earlier = [s for s in snaps if s.t < start]
+        if earlier:
+            start = earlier[-1].t
+        # A source read every few ticks reaches further back for its own baseline.
+        return compute_window(snaps, start, stop, start - BASELINE_LOOKBACK * seconds)
 
     def run(self, duration: float | None = None) -> None:
         """Tick on monotonic deadlines until stopped (or for ``duration`` seconds).

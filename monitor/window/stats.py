@@ -346,6 +346,11 @@ class WindowStats:
         return self.end - self.start
 
 
+# How far back a GPU, engine or the host may reach for its own baseline reading (its
+# newest at or before the window's baseline snapshot, when that snapshot lacks it: a page
+# read once a second at 200 ms ticks), in window lengths before the baseline snapshot.
+BASELINE_LOOKBACK = 2.0
+
 GpuKey = tuple[str, str, int]
 EngineKey = tuple[str, str, str]
 
