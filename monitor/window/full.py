@@ -24,14 +24,18 @@ from monitor.window.stats import (
     GpuKey,
     GpuWindow,
     HostWindow,
+    Reach,
     WindowStats,
     counter_increase,
     empty_stats,
     engine_key,
+    engine_reach,
     engine_stats,
     gpu_key,
+    gpu_reach,
     gpu_stats,
     histogram_delta,
+    host_reach,
     host_stats,
     mean_present,
     window_stats,
@@ -158,19 +162,28 @@ def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWi
 
 
 def _baselines(
-    before: Sequence[Snapshot], first: Snapshot, snaps: Sequence[Snapshot]
+    before: Sequence[Snapshot], first: Snapshot, snaps: Sequence[Snapshot], reach: Reach
 ) -> list[tuple[Snapshot, set[GpuKey], set[EngineKey], bool]]:
     """The snapshots of ``before`` holding some group's own baseline: the newest reading of
-    each GPU, engine and the host seen in ``snaps`` but absent from its first snapshot."""
+    each GPU, engine and the host seen in ``snaps`` but missing from its first snapshot,
+    no further before that snapshot than its source's ``reach``."""
     gpus = {gpu_key(g) for s in snaps for g in s.gpus} - {gpu_key(g) for g in first.gpus}
-    engines = {engine_key(e) for s in snaps for e in s.engines}
-    engines -= {engine_key(e) for e in first.engines}
-    host = first.host is None and any(s.host is not None for s in snaps)
+    gpus = {k for k in gpus if gpu_reach(reach, k) > 0}
+    engines: set[EngineKey] = set()
+    if engine_reach(reach) > 0:
+        engines = {engine_key(e) for s in snaps for e in s.engines}
+        engines -= {engine_key(e) for e in first.engines}
+    host = host_reach(reach) > 0 and first.host is None and any(s.host is not None for s in snaps)
     picked: dict[int, tuple[Snapshot, set[GpuKey], set[EngineKey], bool]] = {}
     for i in range(len(before) - 1, -1, -1):
         if not (gpus or engines or host):
             break
         snap = before[i]
+        back = first.t - snap.t
+        gpus -= {k for k in gpus if back > gpu_reach(reach, k)}
+        if back > engine_reach(reach):
+            engines = set()
+        host = host and back <= host_reach(reach)
         g = gpus & {gpu_key(x) for x in snap.gpus}
         e = engines & {engine_key(x) for x in snap.engines}
         h = host and snap.host is not None
@@ -184,22 +197,22 @@ def compute_window(
     snapshots: Sequence[Snapshot],
     start: float | None = None,
     end: float | None = None,
-    baseline_since: float | None = None,
+    reach: Reach | None = None,
 ) -> WindowStats:
-    """Aggregate the snapshots whose monotonic time lies in [start, end]. With
-    ``baseline_since``, each GPU, engine and the host absent from the first of them also
-    takes its newest reading before ``start`` (none before ``baseline_since``) as its
-    baseline, as ``LiveWindow`` does: a source read every few ticks is absent from most
-    snapshots, and a window holding one of its readings gives it no rate."""
+    """Aggregate the snapshots whose monotonic time lies in [start, end]. With ``reach``,
+    each GPU, engine and the host missing from the first of them whose source it names
+    also takes its newest reading before ``start`` (none further back than its reach) as
+    its baseline, as ``LiveWindow`` does: a source read every few ticks is missing from
+    most snapshots, and a window holding one of its readings gives it no rate."""
     snaps = [
         s for s in snapshots if (start is None or s.t >= start) and (end is None or s.t <= end)
     ]
     if not snaps:
         return empty_stats(end if end is not None else 0.0)
     baselines: list[tuple[Snapshot, set[GpuKey], set[EngineKey], bool]] = []
-    if baseline_since is not None and start is not None:
-        before = [s for s in snapshots if baseline_since <= s.t < start]
-        baselines = _baselines(before, snaps[0], snaps)
+    if reach and start is not None:
+        before = [s for s in snapshots if s.t < start]
+        baselines = _baselines(before, snaps[0], snaps, reach)
     gpu_groups: dict[GpuKey, list[GpuSample]] = {}
     engine_groups: dict[EngineKey, tuple[list[EngineSample], list[float]]] = {}
     host_samples: list[HostSample] = []

@@ -32,18 +32,21 @@ from monitor.sources.samples import (
     Snapshot,
 )
 from monitor.window.stats import (
-    BASELINE_LOOKBACK,
     ENGINE_COUNTERS,
     ENGINE_MEANS,
     GPU_MEANS,
     EngineKey,
     GpuKey,
+    Reach,
     WindowStats,
     bucket_bounds,
     empty_stats,
     engine_key,
+    engine_reach,
     gpu_key,
+    gpu_reach,
     histogram_delta,
+    host_reach,
     run_delta,
     window_stats,
 )
@@ -247,16 +250,20 @@ class _Group:
         self.entries.append((seq, t, sample, pos))
         self.accumulate(seq, t, sample)
 
-    def trim(self, base_seq: int, oldest_seq: int, not_before: float) -> None:
-        """Keep the readings after the baseline snapshot ``base_seq`` and the newest at or
-        before it (this group's own baseline: a source read every few ticks is absent from
-        most snapshots, the baseline snapshot among them), none from before snapshot
-        ``oldest_seq`` or time ``not_before``."""
+    def trim(self, base_seq: int, oldest_seq: int, base_t: float, reach: float) -> None:
+        """Keep the readings from the baseline snapshot ``base_seq`` (at ``base_t``) on
+        and, where this group has none there, its newest before it (its own baseline: a
+        source read every few ticks is missing from most snapshots, the baseline snapshot
+        among them) when read at most ``reach`` seconds before and not before snapshot
+        ``oldest_seq``."""
         entries = self.entries
         while entries:
             seq, t = entries[0][0], entries[0][1]
+            if seq >= base_seq:
+                return
             nxt = next((e[0] for e in entries if e[0] != seq), None)
-            if seq >= oldest_seq and t >= not_before and (nxt is None or nxt > base_seq):
+            near = reach > 0 and base_t - t <= reach
+            if near and seq >= oldest_seq and (nxt is None or nxt > base_seq):
                 return
             self.evict(seq)
 
@@ -452,12 +459,18 @@ def _enter(groups: dict[Any, _G], key: Any, make: Callable[[], _G]) -> _G:
     return grp
 
 
-def _trim_groups(groups: dict[Any, _G], base_seq: int, oldest_seq: int, not_before: float) -> None:
-    """Each group keeps its own baseline; one left with no reading goes. A group with no
-    reading since the baseline snapshot is out of the window, but kept while its last
-    reading may still be a baseline: a source that missed a few ticks comes back."""
+def _trim_groups(
+    groups: dict[Any, _G],
+    base_seq: int,
+    oldest_seq: int,
+    base_t: float,
+    reach: Callable[[Any], float],
+) -> None:
+    """Each group keeps its own baseline, within its source's reach; one left with no
+    reading goes. A group with no reading since the baseline snapshot is out of the
+    window, but kept while its last reading may still be a baseline: a paced source."""
     for key, grp in list(groups.items()):
-        grp.trim(base_seq, oldest_seq, not_before)
+        grp.trim(base_seq, oldest_seq, base_t, reach(key))
         if not grp.entries:
             del groups[key]
 
@@ -471,9 +484,12 @@ class LiveWindow:
     """The window of the last ``seconds`` (plus one baseline snapshot before it, as
     ``Sampler.window`` takes it), updated one snapshot at a time."""
 
-    def __init__(self, seconds: float, capacity: int | None = None) -> None:
+    def __init__(
+        self, seconds: float, capacity: int | None = None, reach: Reach | None = None
+    ) -> None:
         self.seconds = seconds
         self.capacity = capacity  # the sampler ring's: nothing older than it holds
+        self.reach: Reach = reach or {}  # the paced sources' (Sampler.reach)
         self._snaps: deque[tuple[int, Snapshot]] = deque()
         self._seq = 0
         self._gpus: dict[GpuKey, _GpuGroup] = {}
@@ -529,16 +545,17 @@ class LiveWindow:
             snaps[1][1].t < start or (self.capacity is not None and len(snaps) > self.capacity)
         ):
             self._evict()
-        # Each GPU, engine and the host keep their own newest reading at or before the
-        # baseline snapshot, as far back as the sampler's ring holds: an engine page read
-        # once a second at 200 ms ticks is in one snapshot of five, and a window holding
-        # one of its readings has no rate (its series would come and go between scrapes).
+        # A GPU, engine or the host read every few ticks keeps its own newest reading at
+        # or before the baseline snapshot, within its source's reach and the sampler's
+        # ring: an engine page read once a second at 200 ms ticks is in one snapshot of
+        # five, and a window holding one of its readings has no rate (its series would come
+        # and go between scrapes). One read every tick keeps the baseline snapshot's.
         base_seq, base = snaps[0]
         oldest = 0 if self.capacity is None else self._seq - self.capacity + 1
-        not_before = base.t - BASELINE_LOOKBACK * self.seconds
-        _trim_groups(self._gpus, base_seq, oldest, not_before)
-        _trim_groups(self._engines, base_seq, oldest, not_before)
-        self._host.trim(base_seq, oldest, not_before)
+        reach = self.reach
+        _trim_groups(self._gpus, base_seq, oldest, base.t, lambda k: gpu_reach(reach, k))
+        _trim_groups(self._engines, base_seq, oldest, base.t, lambda _: engine_reach(reach))
+        self._host.trim(base_seq, oldest, base.t, host_reach(reach))
 
     def _evict(self) -> None:
         seq, snap = self._snaps.popleft()
