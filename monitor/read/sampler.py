@@ -15,9 +15,10 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from monitor.sources.base import Reading, Source
+from monitor.sources.paced import Paced
 from monitor.sources.samples import EngineSample, GpuSample, HostSample, Snapshot, SourceError
 from monitor.window.full import compute_window
-from monitor.window.stats import WindowStats
+from monitor.window.stats import Reach, WindowStats
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,16 @@ class Sampler:
     @property
     def capacity(self) -> int | None:
         return self._ring.maxlen
+
+    @property
+    def reach(self) -> Reach:
+        """How far before a window's baseline snapshot each paced source's own baseline
+        may be (seconds, by source name; monitor.window.stats.Reach): one of its reads and
+        a tick. Its reads fall due ``every_s`` apart, less its slack, each made on the first
+        tick after: a source missing from the baseline snapshot read last within that, or a
+        tick more where a slow read joined a later tick. Never further: not back across a
+        stall, where the baseline snapshot is the last before it for every source alike."""
+        return {s.name: s.every_s + self.interval for s in self.sources if isinstance(s, Paced)}
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -337,7 +348,8 @@ class Sampler:
             earlier = [s for s in snaps if s.t < start]
             if earlier:
                 start = earlier[-1].t
-        return compute_window(snaps, start, stop)
+        # A source read every few ticks reaches further back for its own baseline.
+        return compute_window(snaps, start, stop, self.reach)
 
     def run(self, duration: float | None = None) -> None:
         """Tick on monotonic deadlines until stopped (or for ``duration`` seconds).

@@ -403,9 +403,12 @@ class Agent:
                 else s
                 for s in self.sources
             ]
-        # The ring only needs the diagnosis window (plus its baseline snapshot): keeping
+        # The ring only needs the diagnosis window (plus its baseline snapshot, and a paced
+        # page's own baseline up to a read and a tick before it: Sampler.reach): keeping
         # hours of snapshots would make memory grow with uptime for nothing.
         capacity = int(math.ceil(config.window / config.interval)) + 8
+        if config.interval < ENGINE_EVERY_S:
+            capacity += int(math.ceil(ENGINE_EVERY_S / config.interval)) + 1
         # A slow endpoint must not hold the others' readings: a tick waits for its sources
         # at most most of an interval, and a late reading joins the next tick.
         self.sampler = Sampler(

@@ -63,7 +63,11 @@ class Monitor:
         # Verdicts hold over consecutive steps: at 100 ms ticks, judging each tick would
         # cost more than the readings and judge nothing new (0: every snapshot).
         self.diagnose_every_s = diagnose_every_s
-        self._live = LiveWindow(window_s, capacity=getattr(sampler, "capacity", None))
+        self._live = LiveWindow(
+            window_s,
+            capacity=getattr(sampler, "capacity", None),
+            reach=getattr(sampler, "reach", None),
+        )
         self._live_since: float | None = None
         self._last_step: float | None = None
         self._cpu_profile: Any = None  # monitor.profiling.stacks.CpuProfile

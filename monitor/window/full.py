@@ -24,14 +24,18 @@ from monitor.window.stats import (
     GpuKey,
     GpuWindow,
     HostWindow,
+    Reach,
     WindowStats,
     counter_increase,
     empty_stats,
     engine_key,
+    engine_reach,
     engine_stats,
     gpu_key,
+    gpu_reach,
     gpu_stats,
     histogram_delta,
+    host_reach,
     host_stats,
     mean_present,
     window_stats,
@@ -157,30 +161,77 @@ def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWi
     return host_stats(_HostList(samples, times))
 
 
+def _baselines(
+    before: Sequence[Snapshot], first: Snapshot, snaps: Sequence[Snapshot], reach: Reach
+) -> list[tuple[Snapshot, set[GpuKey], set[EngineKey], bool]]:
+    """The snapshots of ``before`` holding some group's own baseline: the newest reading of
+    each GPU, engine and the host seen in ``snaps`` but missing from its first snapshot,
+    no further before that snapshot than its source's ``reach``."""
+    gpus = {gpu_key(g) for s in snaps for g in s.gpus} - {gpu_key(g) for g in first.gpus}
+    gpus = {k for k in gpus if gpu_reach(reach, k) > 0}
+    engines: set[EngineKey] = set()
+    if engine_reach(reach) > 0:
+        engines = {engine_key(e) for s in snaps for e in s.engines}
+        engines -= {engine_key(e) for e in first.engines}
+    host = host_reach(reach) > 0 and first.host is None and any(s.host is not None for s in snaps)
+    picked: dict[int, tuple[Snapshot, set[GpuKey], set[EngineKey], bool]] = {}
+    for i in range(len(before) - 1, -1, -1):
+        if not (gpus or engines or host):
+            break
+        snap = before[i]
+        back = first.t - snap.t
+        gpus -= {k for k in gpus if back > gpu_reach(reach, k)}
+        if back > engine_reach(reach):
+            engines = set()
+        host = host and back <= host_reach(reach)
+        g = gpus & {gpu_key(x) for x in snap.gpus}
+        e = engines & {engine_key(x) for x in snap.engines}
+        h = host and snap.host is not None
+        if g or e or h:
+            picked[i] = (snap, g, e, h)
+            gpus, engines, host = gpus - g, engines - e, host and not h
+    return [picked[i] for i in sorted(picked)]
+
+
 def compute_window(
-    snapshots: Sequence[Snapshot], start: float | None = None, end: float | None = None
+    snapshots: Sequence[Snapshot],
+    start: float | None = None,
+    end: float | None = None,
+    reach: Reach | None = None,
 ) -> WindowStats:
-    """Aggregate the snapshots whose monotonic time lies in [start, end]."""
+    """Aggregate the snapshots whose monotonic time lies in [start, end]. With ``reach``,
+    each GPU, engine and the host missing from the first of them whose source it names
+    also takes its newest reading before ``start`` (none further back than its reach) as
+    its baseline, as ``LiveWindow`` does: a source read every few ticks is missing from
+    most snapshots, and a window holding one of its readings gives it no rate."""
     snaps = [
         s for s in snapshots if (start is None or s.t >= start) and (end is None or s.t <= end)
     ]
     if not snaps:
         return empty_stats(end if end is not None else 0.0)
+    baselines: list[tuple[Snapshot, set[GpuKey], set[EngineKey], bool]] = []
+    if reach and start is not None:
+        before = [s for s in snapshots if s.t < start]
+        baselines = _baselines(before, snaps[0], snaps, reach)
     gpu_groups: dict[GpuKey, list[GpuSample]] = {}
     engine_groups: dict[EngineKey, tuple[list[EngineSample], list[float]]] = {}
     host_samples: list[HostSample] = []
     host_times: list[float] = []
     load_acc: dict[str, list[float]] = {}
-    for snap in snaps:
+    readings = [*baselines, *((s, None, None, True) for s in snaps)]
+    for snap, only_gpus, only_engines, with_host in readings:
         for g in snap.gpus:
-            gpu_groups.setdefault(gpu_key(g), []).append(g)
+            if only_gpus is None or gpu_key(g) in only_gpus:
+                gpu_groups.setdefault(gpu_key(g), []).append(g)
         for e in snap.engines:
-            samples, times = engine_groups.setdefault(engine_key(e), ([], []))
-            samples.append(e)
-            times.append(snap.t)
-        if snap.host is not None:
+            if only_engines is None or engine_key(e) in only_engines:
+                samples, times = engine_groups.setdefault(engine_key(e), ([], []))
+                samples.append(e)
+                times.append(snap.t)
+        if snap.host is not None and with_host:
             host_samples.append(snap.host)
             host_times.append(snap.t)
+    for snap in snaps:
         for k, v in snap.load:
             load_acc.setdefault(k, []).append(v)
     return window_stats(

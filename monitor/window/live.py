@@ -37,12 +37,16 @@ from monitor.window.stats import (
     GPU_MEANS,
     EngineKey,
     GpuKey,
+    Reach,
     WindowStats,
     bucket_bounds,
     empty_stats,
     engine_key,
+    engine_reach,
     gpu_key,
+    gpu_reach,
     histogram_delta,
+    host_reach,
     run_delta,
     window_stats,
 )
@@ -246,6 +250,23 @@ class _Group:
         self.entries.append((seq, t, sample, pos))
         self.accumulate(seq, t, sample)
 
+    def trim(self, base_seq: int, oldest_seq: int, base_t: float, reach: float) -> None:
+        """Keep the readings from the baseline snapshot ``base_seq`` (at ``base_t``) on
+        and, where this group has none there, its newest before it (its own baseline: a
+        source read every few ticks is missing from most snapshots, the baseline snapshot
+        among them) when read at most ``reach`` seconds before and not before snapshot
+        ``oldest_seq``."""
+        entries = self.entries
+        while entries:
+            seq, t = entries[0][0], entries[0][1]
+            if seq >= base_seq:
+                return
+            nxt = next((e[0] for e in entries if e[0] != seq), None)
+            near = reach > 0 and base_t - t <= reach
+            if near and seq >= oldest_seq and (nxt is None or nxt > base_seq):
+                return
+            self.evict(seq)
+
     def evict(self, seq: int) -> None:
         while self.entries and self.entries[0][0] == seq:
             _, _, sample, _ = self.entries.popleft()
@@ -438,21 +459,37 @@ def _enter(groups: dict[Any, _G], key: Any, make: Callable[[], _G]) -> _G:
     return grp
 
 
-def _leave(groups: dict[Any, Any], key: Any, seq: int) -> None:
-    """Snapshot ``seq`` leaves ``key``'s group; a group left empty goes."""
-    grp = groups[key]
-    grp.evict(seq)
-    if not grp.entries:
-        del groups[key]
+def _trim_groups(
+    groups: dict[Any, _G],
+    base_seq: int,
+    oldest_seq: int,
+    base_t: float,
+    reach: Callable[[Any], float],
+) -> None:
+    """Each group keeps its own baseline, within its source's reach; one left with no
+    reading goes. A group with no reading since the baseline snapshot is out of the
+    window, but kept while its last reading may still be a baseline: a paced source."""
+    for key, grp in list(groups.items()):
+        grp.trim(base_seq, oldest_seq, base_t, reach(key))
+        if not grp.entries:
+            del groups[key]
+
+
+def _since(groups: dict[Any, _G], base_seq: int) -> dict[Any, _G]:
+    """The groups in the window: those with a reading since the baseline snapshot."""
+    return {k: g for k, g in groups.items() if g.entries[-1][0] >= base_seq}
 
 
 class LiveWindow:
     """The window of the last ``seconds`` (plus one baseline snapshot before it, as
     ``Sampler.window`` takes it), updated one snapshot at a time."""
 
-    def __init__(self, seconds: float, capacity: int | None = None) -> None:
+    def __init__(
+        self, seconds: float, capacity: int | None = None, reach: Reach | None = None
+    ) -> None:
         self.seconds = seconds
         self.capacity = capacity  # the sampler ring's: nothing older than it holds
+        self.reach: Reach = reach or {}  # the paced sources' (Sampler.reach)
         self._snaps: deque[tuple[int, Snapshot]] = deque()
         self._seq = 0
         self._gpus: dict[GpuKey, _GpuGroup] = {}
@@ -508,15 +545,20 @@ class LiveWindow:
             snaps[1][1].t < start or (self.capacity is not None and len(snaps) > self.capacity)
         ):
             self._evict()
+        # A GPU, engine or the host read every few ticks keeps its own newest reading at
+        # or before the baseline snapshot, within its source's reach and the sampler's
+        # ring: an engine page read once a second at 200 ms ticks is in one snapshot of
+        # five, and a window holding one of its readings has no rate (its series would come
+        # and go between scrapes). One read every tick keeps the baseline snapshot's.
+        base_seq, base = snaps[0]
+        oldest = 0 if self.capacity is None else self._seq - self.capacity + 1
+        reach = self.reach
+        _trim_groups(self._gpus, base_seq, oldest, base.t, lambda k: gpu_reach(reach, k))
+        _trim_groups(self._engines, base_seq, oldest, base.t, lambda _: engine_reach(reach))
+        self._host.trim(base_seq, oldest, base.t, host_reach(reach))
 
     def _evict(self) -> None:
         seq, snap = self._snaps.popleft()
-        for g in snap.gpus:
-            _leave(self._gpus, gpu_key(g), seq)
-        for e in snap.engines:
-            _leave(self._engines, engine_key(e), seq)
-        if snap.host is not None:
-            self._host.evict(seq)
         for k, _ in snap.load:
             items = self._load[k]
             if items and items[0][0] == seq:
@@ -529,15 +571,19 @@ class LiveWindow:
     def stats(self) -> WindowStats:
         if not self._snaps:
             return empty_stats()
+        base = self._snaps[0][0]
         # Engines in the order each first appears in the window, as compute_window has them.
-        engines = sorted(self._engines.values(), key=lambda g: (g.entries[0][0], g.entries[0][3]))
+        engines = sorted(
+            _since(self._engines, base).values(), key=lambda g: (g.entries[0][0], g.entries[0][3])
+        )
+        host = self._host.entries
         return window_stats(
             self._snaps[0][1],
             self._snaps[-1][1],
             len(self._snaps),
-            self._gpus,
+            _since(self._gpus, base),
             engines,
-            self._host if self._host.entries else None,
+            self._host if host and host[-1][0] >= base else None,
             (
                 (k, self._load_sums[k].total() / self._load_sums[k].n)
                 for k in sorted(self._load, key=lambda k: self._load[k][0][0])

@@ -349,6 +349,31 @@ class WindowStats:
 GpuKey = tuple[str, str, int]
 EngineKey = tuple[str, str, str]
 
+# How far before the window's baseline snapshot a GPU, engine or the host missing from it
+# may reach for its own baseline reading (its newest before that snapshot), in seconds, by
+# the name of the source reading it. A source read once every few ticks (monitor.sources
+# .paced: an engine page once a second at 200 ms ticks) is missing from most snapshots,
+# and a window holding one of its readings gives it no rate; it reaches back one of its
+# reads, no further (not across a stall). A source not named here is read every tick: its
+# baseline is the window's baseline snapshot, whatever it holds.
+Reach = Mapping[str, float]
+# The source reading every engine page, whatever the engine (monitor.sources.vllm); GPUs
+# carry their source's name (GpuSample.source), the host is read by "host".
+ENGINE_SOURCE = "vllm"
+HOST_SOURCE = "host"
+
+
+def gpu_reach(reach: Reach, key: GpuKey) -> float:
+    return reach.get(key[0], 0.0)
+
+
+def engine_reach(reach: Reach) -> float:
+    return reach.get(ENGINE_SOURCE, 0.0)
+
+
+def host_reach(reach: Reach) -> float:
+    return reach.get(HOST_SOURCE, 0.0)
+
 
 def gpu_key(g: GpuSample) -> GpuKey:
     return (g.source, g.uuid, g.index)

@@ -237,3 +237,43 @@ def test_a_reading_made_later_is_stamped_with_the_time_the_source_read() -> None
     assert made().engines and failed().errors
     key = ("vllm", "http://127.0.0.1:1/metrics")
     assert stats.source_ages([key]) == {key: 5.0}
+
+
+@pytest.mark.parametrize("stall_s", [0.0, 3.0])
+def test_a_paced_engines_rates_stay_exported_between_its_reads(stall_s: float) -> None:
+    # The agent reads an engine page once a second at faster ticks (monitor.sources.paced):
+    # most snapshots, the window's baseline one among them, hold none of its readings. A
+    # window of a second must still give every scrape its rate, or the series comes and goes
+    # (gaps in Prometheus, absent() alerts firing). Replayed on a virtual clock: 200 ms ticks
+    # a little late now and then, and once (stall_s) the whole machine frozen.
+    import random
+
+    from agent_support import FakeEngineSource, FakeGpuSource
+
+    from monitor.read.sampler import Sampler
+    from monitor.sources.paced import Paced
+    from monitor.watch.pipeline import Monitor
+
+    now = [1_000.0]
+    engine = FakeEngineSource()  # 2 requests a read
+    paced = Paced(engine, 1.0, slack_s=0.1, clock=lambda: now[0])
+    sampler = Sampler(
+        [FakeGpuSource(), paced], interval=0.2, capacity=13, clock=lambda: now[0],
+        wall=lambda: now[0] + 1.7e9, inline=("nvml", "vllm"),
+    )  # fmt: skip
+    monitor = Monitor(sampler, window_s=1.0)
+    rng = random.Random(5)
+    rates = []
+    for i in range(60):
+        now[0] += 0.2 + (rng.uniform(0.0, 0.08) if rng.random() < 0.3 else 0.0)
+        if i == 30:
+            now[0] += stall_s
+        sampler.tick()
+        m = scrape(monitor)
+        if engine.n >= 2:
+            rates.append([v for _, v in m.get("headroom_engine_requests_per_second", [])])
+    sampler.close()
+    assert len(rates) > 40
+    assert all(len(r) == 1 for r in rates), [len(r) for r in rates]
+    # Two requests a read, a read a second: 2/s; across the stall, less, never absent.
+    assert all(0.4 < r[0] < 2.5 for r in rates), rates

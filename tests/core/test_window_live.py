@@ -19,6 +19,8 @@ import pytest
 
 from monitor.read.recording import read_recording
 from monitor.read.sampler import Sampler
+from monitor.sources.base import Reading
+from monitor.sources.paced import Paced
 from monitor.sources.samples import (
     EngineSample,
     GpuProcess,
@@ -56,22 +58,48 @@ def assert_same(a: Any, b: Any, where: str = "") -> None:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
-def reference(ring: Sequence[Snapshot], seconds: float) -> WindowStats:
+class _Page:
+    """A source the sampler only names: replayed readings are pushed, never read."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def read(self) -> Reading:
+        return Reading()
+
+    def close(self) -> None:
+        pass
+
+
+def _sampler(capacity: int, paced: dict[str, float] | None) -> Sampler:
+    """A sampler at 100 ms ticks reading the ``paced`` sources (name: every_s) paced."""
+    sources = [Paced(_Page(name), every_s) for name, every_s in (paced or {}).items()]
+    return Sampler(sources, interval=0.1, capacity=capacity)
+
+
+def reference(
+    ring: Sequence[Snapshot], seconds: float, paced: dict[str, float] | None = None
+) -> WindowStats:
     """Sampler.window over the ring: the last ``seconds`` plus one baseline snapshot."""
-    sampler = Sampler([], interval=1.0, capacity=len(ring) or 1)
+    sampler = _sampler(len(ring) or 1, paced)
     for snap in ring:
         sampler.push(snap)
     return sampler.window(seconds)
 
 
-def check_replay(snaps: Sequence[Snapshot], seconds: float, capacity: int = 10_000) -> int:
-    live = LiveWindow(seconds, capacity=capacity)
+def check_replay(
+    snaps: Sequence[Snapshot],
+    seconds: float,
+    capacity: int = 10_000,
+    paced: dict[str, float] | None = None,
+) -> int:
+    live = LiveWindow(seconds, capacity=capacity, reach=_sampler(1, paced).reach)
     ring: list[Snapshot] = []
     for i, snap in enumerate(snaps):
         ring.append(snap)
         del ring[:-capacity]
         live.push(snap)
-        assert_same(live.stats(), reference(ring, seconds), f"tick {i}")
+        assert_same(live.stats(), reference(ring, seconds, paced), f"tick {i}")
     return len(snaps)
 
 
@@ -212,6 +240,15 @@ def test_live_window_equals_full_recomputation(seconds: float) -> None:
 
 def test_live_window_follows_the_ring_when_it_holds_fewer_than_the_window() -> None:
     check_replay(synthetic(200, seed=7), seconds=60.0, capacity=25)
+
+
+@pytest.mark.parametrize("seconds", [0.5, 2.0])
+def test_paced_sources_own_baselines_equal_the_full_recomputation(seconds: float) -> None:
+    # GPUs, engines and the host read every few ticks take their own baseline reading
+    # before the window's baseline snapshot, each within its source's reach (Sampler.reach).
+    paced = {"nvml": 0.2, "vllm": 0.9, "host": 0.4}
+    assert check_replay(synthetic(400, seed=int(seconds * 10) + 1), seconds, paced=paced) == 400
+    check_replay(synthetic(200, seed=8), seconds, capacity=12, paced=paced)
 
 
 @pytest.mark.parametrize(
