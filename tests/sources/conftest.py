@@ -106,3 +106,14 @@ def fixture_text(name: str) -> str:
 @pytest.fixture
 def read_fixture() -> Callable[[str], str]:
     return fixture_text
+
+
+@pytest.fixture
+def engine_page(http_server: FakeServer) -> Callable[[str], str]:
+    """Serves tests/fixtures/engines/<name> as /metrics; gives the server's URL."""
+
+    def serve(name: str) -> str:
+        http_server.set("/metrics", fixture_text(f"engines/{name}"))
+        return http_server.url
+
+    return serve
