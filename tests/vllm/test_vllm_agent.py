@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proc_support import stop
 from vllm_load import Load
 from vllm_support import ROOT, SEQ_CAP, serve
 
@@ -49,15 +50,6 @@ def _wait_for(
     raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-
-
 @pytest.fixture
 def agent(seq_cap_server: Any, tmp_path: Path) -> Iterator[str]:
     port = serve.free_port()
@@ -75,7 +67,7 @@ def agent(seq_cap_server: Any, tmp_path: Path) -> Iterator[str]:
         _wait_for("agent /healthz", lambda: _status(url + "/healthz") == 200, 60, proc, log)
         yield url
     finally:
-        _stop(proc)
+        stop(proc, grace=15)
 
 
 def _status(url: str) -> int:
@@ -110,7 +102,7 @@ def prometheus(agent: str, tmp_path: Path) -> Iterator[str]:
         _wait_for("prometheus ready", lambda: _status(url + "/-/ready") == 200, 60, proc, log)
         yield url
     finally:
-        _stop(proc)
+        stop(proc, grace=15)
 
 
 def _top_is(report: dict[str, Any], cause: str) -> dict[str, Any] | None:
