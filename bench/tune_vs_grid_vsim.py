@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests" / "loadgen"))
 
 from virtual_tune import tune  # noqa: E402
 
-from bench.tune_vs_grid_sim import path_lines  # noqa: E402
+from bench.tune_vs_grid_sim import best_line, path_lines  # noqa: E402
 from loadgen import tune_plan as plan  # noqa: E402
 from simulator.scenarios import build  # noqa: E402
 
@@ -72,19 +72,10 @@ def main() -> None:
         t1 = time.monotonic()
         g = tune(cfg, knobs_of(values, True), grid=True, **SWEEP)
         t2 = time.monotonic()
-        tb = (t["best"] or {}).get("throughput_tok_s") or 0.0
-        gb = (g["best"] or {}).get("throughput_tok_s") or 0.0
-        ok_tok = gb and tb >= 0.95 * gb
-        ok_runs = 3 * len(t["runs"]) <= len(g["runs"])
-        # Where the tune first came within 5% of the grid's best.
-        first = next((r["index"] + 1 for r in t["runs"]
-                      if (r.get("throughput_tok_s") or 0.0) >= 0.95 * gb), None)  # fmt: skip
         said = " x ".join(f"{k} {v}" for k, v in values.items())
+        # With where the tune first came within 5% of the grid's best.
         rows += [f"{scenario} ({said}):", row("tune", t, t1 - t0), row("grid", g, t2 - t1),
-                 f"  tune's best / grid's best {tb / gb if gb else float('nan'):.3f} "
-                 f"({'within' if ok_tok else 'NOT within'} 5%, first after "
-                 f"{first if first else '-'} runs); runs {len(t['runs'])} of {len(g['runs'])} "
-                 f"({'at most' if ok_runs else 'MORE than'} a third)"]  # fmt: skip
+                 best_line(t, g, first=True)]  # fmt: skip
         rows += path_lines(t, "followed the what-if")
         rows.append("  grid: " + "; ".join(
             f"{'/'.join(str(v) for v in r['knobs'].values())}: {r.get('throughput_tok_s')} "
