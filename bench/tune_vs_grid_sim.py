@@ -48,10 +48,12 @@ def tune(scenario: str, out: Path, grid: bool, values: dict[str, list[int]] | No
     return json.loads((out / "tune.json").read_text())
 
 
-def row(name: str, t: dict) -> str:
+def row(name: str, t: dict, spent: str = "") -> str:
+    """A tune's (or grid's) runs and best run; spent says the time it took (default: its wall)."""
     b = t["best"] or {}
     knobs = " ".join(f"{k}={v}" for k, v in (b.get("knobs") or {}).items())
-    return (f"  {name:<5} runs {len(t['runs']):>2}  wall {t['wall_s']:>6.0f} s  best run {b.get('run')}"
+    spent = spent or f"wall {t['wall_s']:>6.0f} s"
+    return (f"  {name:<5} runs {len(t['runs']):>2}  {spent}  best run {b.get('run')}"
             f" ({knobs}): {b.get('throughput_tok_s')} tok/s at concurrency "
             f"{b.get('saturation_concurrency')}; stopped: {t['stopped']}")  # fmt: skip
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests" / "loadgen"))
 
 from virtual_tune import tune  # noqa: E402
 
-from bench.tune_vs_grid_sim import best_line, path_lines  # noqa: E402
+from bench.tune_vs_grid_sim import best_line, path_lines, row  # noqa: E402
 from loadgen import tune_plan as plan  # noqa: E402
 from simulator.scenarios import build  # noqa: E402
 
@@ -43,12 +43,8 @@ def knobs_of(values: dict[str, list[int]], grid: bool) -> list[plan.KnobSpec]:
     return plan.parse_knobs(specs, grid)
 
 
-def row(name: str, t: dict, wall: float) -> str:
-    b = t["best"] or {}
-    knobs = " ".join(f"{k}={v}" for k, v in (b.get("knobs") or {}).items())
-    return (f"  {name:<5} runs {len(t['runs']):>2}  ({wall:.0f} s of this machine)  best run "
-            f"{b.get('run')} ({knobs}): {b.get('throughput_tok_s')} tok/s at concurrency "
-            f"{b.get('saturation_concurrency')}; stopped: {t['stopped']}")  # fmt: skip
+def machine_s(wall: float) -> str:
+    return f"({wall:.0f} s of this machine)"
 
 
 def main() -> None:
@@ -74,7 +70,8 @@ def main() -> None:
         t2 = time.monotonic()
         said = " x ".join(f"{k} {v}" for k, v in values.items())
         # With where the tune first came within 5% of the grid's best.
-        rows += [f"{scenario} ({said}):", row("tune", t, t1 - t0), row("grid", g, t2 - t1),
+        rows += [f"{scenario} ({said}):", row("tune", t, machine_s(t1 - t0)),
+                 row("grid", g, machine_s(t2 - t1)),
                  best_line(t, g, first=True)]  # fmt: skip
         rows += path_lines(t, "followed the what-if")
         rows.append("  grid: " + "; ".join(
