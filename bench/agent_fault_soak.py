@@ -46,6 +46,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.fixture_server import send_page  # noqa: E402
+
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 CYCLE_S = 600.0
 # Offsets in each cycle (seconds) and lengths of the faults.
@@ -190,11 +192,7 @@ class PageServer:
                 if page.mode == "slow":
                     time.sleep(3.0)
                 body = page.body(time.monotonic() - t0)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_page(self, body, "text/plain; version=0.0.4")
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002
                 pass

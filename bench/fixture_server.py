@@ -14,6 +14,19 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def send_page(
+    handler: BaseHTTPRequestHandler,
+    body: bytes,
+    content_type: str = "text/plain; version=0.0.4; charset=utf-8",
+) -> None:
+    """A 200 answer of body with its length, so that the connection is kept alive."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 def start(body: bytes, port: int = 0) -> ThreadingHTTPServer:
     """Serve `body` at every GET from a daemon thread; the caller shuts it down."""
 
@@ -25,11 +38,7 @@ def start(body: bytes, port: int = 0) -> ThreadingHTTPServer:
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_page(self, body)
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             pass

@@ -25,6 +25,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # proc_support, which prometheus_support uses
 sys.path.insert(0, str(ROOT / "tests" / "agent"))
 
 from prometheus_support import free_port, run_prometheus  # noqa: E402

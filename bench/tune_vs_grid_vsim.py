@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests" / "loadgen"))
 
 from virtual_tune import tune  # noqa: E402
 
-from bench.tune_vs_grid_sim import path_lines  # noqa: E402
+from bench.tune_vs_grid_sim import best_line, path_lines, row  # noqa: E402
 from loadgen import tune_plan as plan  # noqa: E402
 from simulator.scenarios import build  # noqa: E402
 
@@ -43,12 +43,8 @@ def knobs_of(values: dict[str, list[int]], grid: bool) -> list[plan.KnobSpec]:
     return plan.parse_knobs(specs, grid)
 
 
-def row(name: str, t: dict, wall: float) -> str:
-    b = t["best"] or {}
-    knobs = " ".join(f"{k}={v}" for k, v in (b.get("knobs") or {}).items())
-    return (f"  {name:<5} runs {len(t['runs']):>2}  ({wall:.0f} s of this machine)  best run "
-            f"{b.get('run')} ({knobs}): {b.get('throughput_tok_s')} tok/s at concurrency "
-            f"{b.get('saturation_concurrency')}; stopped: {t['stopped']}")  # fmt: skip
+def machine_s(wall: float) -> str:
+    return f"({wall:.0f} s of this machine)"
 
 
 def main() -> None:
@@ -72,19 +68,11 @@ def main() -> None:
         t1 = time.monotonic()
         g = tune(cfg, knobs_of(values, True), grid=True, **SWEEP)
         t2 = time.monotonic()
-        tb = (t["best"] or {}).get("throughput_tok_s") or 0.0
-        gb = (g["best"] or {}).get("throughput_tok_s") or 0.0
-        ok_tok = gb and tb >= 0.95 * gb
-        ok_runs = 3 * len(t["runs"]) <= len(g["runs"])
-        # Where the tune first came within 5% of the grid's best.
-        first = next((r["index"] + 1 for r in t["runs"]
-                      if (r.get("throughput_tok_s") or 0.0) >= 0.95 * gb), None)  # fmt: skip
         said = " x ".join(f"{k} {v}" for k, v in values.items())
-        rows += [f"{scenario} ({said}):", row("tune", t, t1 - t0), row("grid", g, t2 - t1),
-                 f"  tune's best / grid's best {tb / gb if gb else float('nan'):.3f} "
-                 f"({'within' if ok_tok else 'NOT within'} 5%, first after "
-                 f"{first if first else '-'} runs); runs {len(t['runs'])} of {len(g['runs'])} "
-                 f"({'at most' if ok_runs else 'MORE than'} a third)"]  # fmt: skip
+        # With where the tune first came within 5% of the grid's best.
+        rows += [f"{scenario} ({said}):", row("tune", t, machine_s(t1 - t0)),
+                 row("grid", g, machine_s(t2 - t1)),
+                 best_line(t, g, first=True)]  # fmt: skip
         rows += path_lines(t, "followed the what-if")
         rows.append("  grid: " + "; ".join(
             f"{'/'.join(str(v) for v in r['knobs'].values())}: {r.get('throughput_tok_s')} "

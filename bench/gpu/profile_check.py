@@ -201,18 +201,9 @@ def main() -> int:
 def summarise_from_json(s: dict):  # type: ignore[no-untyped-def]
     from monitor.profiling.trace import OpTime, TraceSummary
 
-    return TraceSummary(
-        path=s["path"],
-        kind=s["kind"],
-        top=tuple(OpTime(o["name"], o["total_us"], o["calls"], o["share"]) for o in s["top"]),
-        kernels=s["kernels"],
-        steps=s["steps"],
-        kernels_per_step=s["kernels_per_step"],
-        median_kernel_us=s["median_kernel_us"],
-        idle_share=s["idle_share"],
-        step_median_us=s["step_median_us"],
-        notes=tuple(s["notes"]),
-    )
+    # to_json's keys are the fields' names; top and notes come back as tuples.
+    top = tuple(OpTime(**o) for o in s["top"])
+    return TraceSummary(**{**s, "top": top, "notes": tuple(s["notes"])})
 
 
 if __name__ == "__main__":

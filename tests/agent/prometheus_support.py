@@ -4,7 +4,6 @@ for the tests and benchmarks that query one: started, waited for, and stopped.""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -14,16 +13,13 @@ from typing import Any
 
 import httpx
 import yaml
+from proc_support import stop
+
+from loadgen.tune import free_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 HAVE_PROMETHEUS = Path(PROMETHEUS).exists()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ready(url: str) -> bool:
@@ -70,9 +66,4 @@ def run_prometheus(
             time.sleep(0.25)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, grace=30)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from proc_support import stop
 
 FAKE = Path(__file__).with_name("fake_openai.py")
 
@@ -30,11 +31,6 @@ def fake_server() -> Iterator[Callable[..., str]]:
 
     yield start
     for p in procs:
-        p.terminate()
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=10)
+        stop(p, grace=10)
         if p.stdout is not None:
             p.stdout.close()

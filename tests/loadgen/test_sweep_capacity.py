@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+from sim_sweep import sweep_sim
 
 from headroom.cli import main
 from loadgen.capacity import sweep_capacity
@@ -56,18 +57,11 @@ def test_no_step_meeting_the_slo_gives_no_box_count() -> None:
 def test_a_sweep_of_the_sim_sizes_for_a_target_and_states_energy_at_saturation(
     tmp_path, capsys
 ) -> None:
-    simulator = pytest.importorskip("simulator")
-    h = simulator.start_sim(scenario="seq-cap", port=0, load=False)
     out = tmp_path / "s"
-    try:
-        rc = main(["sweep", "--target", h.url, "--vllm-metrics", h.metrics_url,
-                   "--dcgm-exporter", h.gpu_metrics_url, "--concurrency", "4,8,16",
+    rc = sweep_sim("seq-cap", out, "--concurrency", "4,8,16",
                    "--step-seconds", "4", "--warmup-seconds", "1.5", "--sample-interval", "0.5",
                    "--input-tokens", "128", "--output-tokens", "64", "--slo", "ttft_p95=1",
-                   "--target-rate", "100", "--margin", "0.25", "--gpu-hour-price", "3.6",
-                   "--out", str(out)])  # fmt: skip
-    finally:
-        h.stop()
+                   "--target-rate", "100", "--margin", "0.25", "--gpu-hour-price", "3.6")  # fmt: skip
     assert rc == 0
     console = capsys.readouterr()
     doc = json.loads((out / "sweep.json").read_text())

@@ -8,24 +8,15 @@ import csv
 import json
 
 import pytest
-
-from headroom.cli import main
-
-simulator = pytest.importorskip("simulator")
+from sim_sweep import sweep_sim
 
 SHORT = ["--step-seconds", "4", "--warmup-seconds", "1.5", "--sample-interval", "0.5"]
 
 
 def test_energy_per_token_falls_with_load_in_every_output(tmp_path, capsys) -> None:
-    h = simulator.start_sim(scenario="memory-bound", port=0, load=False)
     out = tmp_path / "e"
-    try:
-        rc = main(["sweep", "--target", h.url, "--vllm-metrics", h.metrics_url,
-                   "--dcgm-exporter", h.gpu_metrics_url, *SHORT, "--concurrency", "1,4,16",
-                   "--input-tokens", "128", "--output-tokens", "64", "--gpu-hour-price", "3.6",
-                   "--out", str(out)])  # fmt: skip
-    finally:
-        h.stop()
+    rc = sweep_sim("memory-bound", out, *SHORT, "--concurrency", "1,4,16", "--input-tokens",
+                   "128", "--output-tokens", "64", "--gpu-hour-price", "3.6")  # fmt: skip
     assert rc == 0
     console = capsys.readouterr()
     steps = {s["concurrency"]: s for s in json.loads((out / "sweep.json").read_text())["steps"]}

@@ -18,6 +18,11 @@ QUICK = ["--step-seconds", "2", "--warmup-seconds", "1", "--output-tokens", "10"
          "--sample-interval", "0.5", "--quiet"]  # fmt: skip
 
 
+def quick_sweep(url: str, out: Path, *flags: str) -> int:
+    """A sweep of url with the flags given, in QUICK steps, its outputs to out."""
+    return main(["sweep", "--target", url, *flags, *QUICK, "--out", str(out)])
+
+
 def _steps(out: Path) -> list[dict]:
     return [
         json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines() if line.strip()
@@ -95,20 +100,7 @@ def test_closed_sweep_finds_the_cap_and_writes_every_output(fake_server, tmp_pat
 def test_open_loop_measures_rate_and_scheduling_lag(fake_server, tmp_path, capsys) -> None:
     url = fake_server("--ttft", "0.02", "--itl", "0.005")
     out = tmp_path / "open"
-    rc = main(
-        [
-            "sweep",
-            "--target",
-            url,
-            "--rates",
-            "10,40",
-            "--arrival",
-            "constant",
-            *QUICK,
-            "--out",
-            str(out),
-        ]
-    )
+    rc = quick_sweep(url, out, "--rates", "10,40", "--arrival", "constant")
     assert rc == 0, capsys.readouterr().err
     steps = _effective(_steps(out))
     assert [s["rate"] for s in steps] == [10, 40]
@@ -207,7 +199,7 @@ def test_an_output_directory_that_cannot_be_written_fails_before_any_load(
     if where == "a-file":
         out.write_text("not a directory")
     started = time.monotonic()
-    rc = main(["sweep", "--target", url, "--concurrency", "1", *QUICK, "--out", str(out)])
+    rc = quick_sweep(url, out, "--concurrency", "1")
     err = capsys.readouterr().err.strip()
     assert rc == 1 and len(err.splitlines()) == 1 and f"--out {out}" in err
     assert "Traceback" not in err
@@ -217,7 +209,7 @@ def test_an_output_directory_that_cannot_be_written_fails_before_any_load(
 def test_failures_mid_sweep_end_it_and_keep_the_steps(fake_server, tmp_path, capsys) -> None:
     url = fake_server("--fail-above", "3", "--ttft", "0.02", "--itl", "0.005")
     out = tmp_path / "errs"
-    rc = main(["sweep", "--target", url, "--concurrency", "1,2,4,8,16", *QUICK, "--out", str(out)])
+    rc = quick_sweep(url, out, "--concurrency", "1,2,4,8,16")
     err = capsys.readouterr().err
     steps = _effective(_steps(out))
     result = json.loads((out / "sweep.json").read_text())
@@ -234,10 +226,8 @@ def test_failures_mid_sweep_end_it_and_keep_the_steps(fake_server, tmp_path, cap
 def test_resume_continues_and_a_used_directory_is_refused(fake_server, tmp_path, capsys) -> None:
     url = fake_server("--ttft", "0.02", "--itl", "0.005")
     out = tmp_path / "r"
-    assert main(["sweep", "--target", url, "--concurrency", "1,2", *QUICK, "--out", str(out)]) == 0
-    assert (
-        main(["sweep", "--target", url, "--concurrency", "1,2,4", *QUICK, "--out", str(out)]) == 1
-    )
+    assert quick_sweep(url, out, "--concurrency", "1,2") == 0
+    assert quick_sweep(url, out, "--concurrency", "1,2,4") == 1
     assert "--resume" in capsys.readouterr().err
     assert (
         main(
@@ -265,20 +255,7 @@ def test_resume_continues_and_a_used_directory_is_refused(fake_server, tmp_path,
 def test_workers_run_a_master_and_worker_processes(fake_server, tmp_path, capsys) -> None:
     url = fake_server("--ttft", "0.02", "--itl", "0.005")
     out = tmp_path / "w"
-    rc = main(
-        [
-            "sweep",
-            "--target",
-            url,
-            "--concurrency",
-            "4",
-            "--workers",
-            "2",
-            *QUICK,
-            "--out",
-            str(out),
-        ]
-    )
+    rc = quick_sweep(url, out, "--concurrency", "4", "--workers", "2")
     assert rc == 0, capsys.readouterr().err
     (s,) = _effective(_steps(out))
     assert s["client_in_flight_mean"] == pytest.approx(4, rel=0.15)

@@ -26,9 +26,14 @@ SHORT = ["--step-seconds", "4", "--warmup-seconds", "1.5", "--sample-interval", 
 def sim() -> Iterator:
     handles = []
 
-    def start(scenario: str, config: Path | None = None, otlp: str | None = None):
+    def start(
+        scenario: str,
+        config: Path | dict | None = None,
+        otlp: str | None = None,
+        load: bool = False,
+    ):
         h = simulator.start_sim(
-            scenario=scenario, port=0, load=False, config=config, otlp_traces_endpoint=otlp
+            scenario=scenario, port=0, load=load, config=config, otlp_traces_endpoint=otlp
         )
         handles.append(h)
         return h
@@ -43,6 +48,13 @@ def sweep(h, out: Path, *flags: str) -> dict:
                h.gpu_metrics_url, *SHORT, *flags, "--out", str(out)])  # fmt: skip
     assert rc == 0
     return json.loads((out / "sweep.json").read_text())
+
+
+def quick_sweep(url: str, concurrency: str, out: Path) -> int:
+    """A sweep given only --target: 3 s steps after 1 s of warm-up, 16-token answers."""
+    return main(["sweep", "--target", url, "--concurrency", concurrency, "--step-seconds", "3",
+                 "--warmup-seconds", "1", "--sample-interval", "0.5", "--output-tokens", "16",
+                 "--out", str(out)])  # fmt: skip
 
 
 def _by_load(result: dict) -> dict[int, dict]:
@@ -164,9 +176,7 @@ def test_a_sweep_of_the_sim_reads_its_gpu_page_without_being_told(sim, tmp_path,
     one load cannot show saturation, and uniform prompts show no prefix-cache hit rate."""
     h = sim("compute-bound")
     out = tmp_path / "g"
-    rc = main(["sweep", "--target", h.url, "--concurrency", "2", "--step-seconds", "3",
-               "--warmup-seconds", "1", "--sample-interval", "0.5", "--output-tokens", "16",
-               "--out", str(out)])  # fmt: skip
+    rc = quick_sweep(h.url, "2", out)
     err = capsys.readouterr().err
     assert rc == 0, err
     r = json.loads((out / "sweep.json").read_text())
@@ -182,7 +192,7 @@ def test_a_sweep_of_the_sim_reads_its_gpu_page_without_being_told(sim, tmp_path,
 
 
 def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_nothing(
-    tmp_path, capsys
+    sim, tmp_path, capsys
 ) -> None:
     """The seq-cap box with its own load on (8 running, 24 waiting), as in the demo: the
     sweep warns before its first step, a step in which nothing came back is not valid,
@@ -193,15 +203,9 @@ def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_not
     # model's time; a loaded box only slows it) behind the 24 queued, past the 4 s of warm-up
     # and hold, so nothing comes back in the hold; 512 had the sweep's probe and its step's
     # drain wait 11-25 s each.
-    h = simulator.start_sim(scenario="seq-cap", port=0, load=True,
-                            config={"load": {"output_tokens": 256}})  # fmt: skip
-    try:
-        out = tmp_path / "b"
-        rc = main(["sweep", "--target", h.url, "--concurrency", "1,2,4", "--step-seconds", "3",
-                   "--warmup-seconds", "1", "--sample-interval", "0.5", "--output-tokens", "16",
-                   "--out", str(out)])  # fmt: skip
-    finally:
-        h.stop()
+    h = sim("seq-cap", config={"load": {"output_tokens": 256}}, load=True)
+    out = tmp_path / "b"
+    rc = quick_sweep(h.url, "1,2,4", out)
     err = capsys.readouterr().err
     assert rc == 0, err
     lines = err.splitlines()
@@ -227,19 +231,15 @@ def test_a_box_already_saturated_by_other_traffic_is_said_first_and_measures_not
     assert "already saturated by other traffic" in report and "before the sweep" in report
 
 
-def test_a_box_running_at_its_sequence_cap_is_saturated_before_the_sweep(tmp_path, capsys) -> None:
+def test_a_box_running_at_its_sequence_cap_is_saturated_before_the_sweep(
+    sim, tmp_path, capsys
+) -> None:
     """8 running of a reported cap of 8, none waiting (the demo's memory-bound box ran 256
     of 256): the next request waits for a slot, so the box is full before the sweep. Its
     requests still come back, as slots free: the steps are measurements, the verdict the box's."""
-    h = simulator.start_sim(scenario="seq-cap", port=0, load=True,
-                            config=FIXTURES / "seq-cap-full.toml")  # fmt: skip
-    try:
-        out = tmp_path / "c"
-        rc = main(["sweep", "--target", h.url, "--concurrency", "1", "--step-seconds", "3",
-                   "--warmup-seconds", "1", "--sample-interval", "0.5", "--output-tokens", "16",
-                   "--out", str(out)])  # fmt: skip
-    finally:
-        h.stop()
+    h = sim("seq-cap", config=FIXTURES / "seq-cap-full.toml", load=True)
+    out = tmp_path / "c"
+    rc = quick_sweep(h.url, "1", out)
     err = capsys.readouterr().err
     assert rc == 0, err
     assert "warning: the box is already saturated by other traffic: 8 running (its cap 8)" in err

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from whatif_rows import change
 
 from loadgen import tune_plan as plan
 from loadgen.tune import report
@@ -62,11 +63,9 @@ def test_stops_when_the_cause_names_no_knob_given() -> None:
 # stopped at 0.74 of the grid's best. The engine's own what-if at that knee: the KV cache full
 # first, the sequence cap just behind it.
 KV_KNEE_WHATIF = [
-    {"knob": "num_gpu_blocks", "current": 640, "proposed": 854,
-     "predicted": {"gain": 1.1, "limit": "seq-cap"}},
-    {"knob": "max_num_seqs", "current": 64, "proposed": 128,
-     "predicted": {"gain": 1.5, "limit": "kv-cap"}},
-]  # fmt: skip
+    change("num_gpu_blocks", 640, 854, 1.1, "seq-cap"),
+    change("max_num_seqs", 64, 128, 1.5, "kv-cap"),
+]
 KV_KNOBS = ["num_blocks=320:2560", "max_num_seqs=64:256"]
 KV_NOW = {"num_blocks": 640, "max_num_seqs": 64}
 
@@ -171,8 +170,7 @@ def test_simulator_name_for_kv_blocks_follows_kv_cap() -> None:
     sweep = copy.deepcopy(SWEEP)
     sweep["saturation"]["cause"] = "kv-cap"
     for s in sweep["steps"]:
-        s["whatif"] = [{"knob": "num_gpu_blocks", "current": 320, "proposed": 640,
-                        "predicted": {"gain": 1.9, "limit": "seq-cap"}}]  # fmt: skip
+        s["whatif"] = [change("num_gpu_blocks", 320, 640, 1.9, "seq-cap")]
     knobs = plan.parse_knobs(["max_num_seqs=8:64", "num_blocks=320:2000"], False)
     d = plan.decide(sweep, _run(sweep), knobs, {"max_num_seqs": 8, "num_blocks": 320})
     assert (d.knob, d.to) == ("num_blocks", 640)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 
 from virtual_tune import tune
+from whatif_rows import change
 
 from loadgen import tune_plan as plan
 from monitor.diagnosis.whatif import Knobs, Load, StepModel, predict
@@ -63,11 +64,9 @@ def test_two_caps_that_bind_together_are_raised_as_a_pair_by_a_doubling() -> Non
 # The what-if at a knee where the KV cache and the sequence cap bind together: the first
 # change alone buys nothing.
 PAIR = [
-    {"knob": "num_gpu_blocks", "current": 640, "proposed": 1280,
-     "predicted": {"gain": 1.0, "limit": "seq-cap"}},
-    {"knob": "max_num_seqs", "current": 64, "proposed": 128,
-     "predicted": {"gain": 1.8, "limit": "kv-cap"}},
-]  # fmt: skip
+    change("num_gpu_blocks", 640, 1280, 1.0, "seq-cap"),
+    change("max_num_seqs", 64, 128, 1.8, "kv-cap"),
+]
 KNOBS = ["num_blocks=320:2560", "max_num_seqs=64:256"]
 NOW = {"num_blocks": 640, "max_num_seqs": 64}
 
@@ -140,10 +139,7 @@ def test_past_a_gpu_named_knee_the_caps_bound_with_it_are_doubled_by_the_measure
 def _cpu_sweep(tok_at_2: float) -> dict:
     # vLLM's CPU build at max_num_seqs 4: the what-if read no GPU and assumes flat steps.
     w = {
-        "knob": "max_num_seqs",
-        "current": 4,
-        "proposed": 8,
-        "predicted": {"gain": 2.0, "limit": "seq-cap"},
+        **change("max_num_seqs", 4, 8, 2.0, "seq-cap"),
         "basis": {"assumed": ["steps do not lengthen with the batch (no GPU activity read)"]},
     }
     tok = {1: 100.0, 2: tok_at_2, 4: 200.0, 8: 200.0}
@@ -193,11 +189,9 @@ def test_a_pair_made_together_is_stretched_to_the_first_knob_s_doubling() -> Non
     # (10 -> 16); made in one relaunch, both go to the cap's doubling, a launch saved.
     sweep = _cpu_sweep(200.0 / 2**0.5)
     pair = [
-        {"knob": "max_num_seqs", "current": 4, "proposed": 7,
-         "predicted": {"gain": 1.35, "limit": "kv-cap"}},
-        {"knob": "num_gpu_blocks", "current": 10, "proposed": 16,
-         "predicted": {"gain": 1.3, "limit": "seq-cap"}},
-    ]  # fmt: skip
+        change("max_num_seqs", 4, 7, 1.35, "kv-cap"),
+        change("num_gpu_blocks", 10, 16, 1.3, "seq-cap"),
+    ]
     for s in sweep["steps"]:
         s["whatif"] = copy.deepcopy(pair)
         s["headroom"] = {"limits": {"seq-cap": 1.0, "kv-cap": 1.35}}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from simulator import Simulator
@@ -12,6 +14,13 @@ from simulator.hardware import GPUS, MODELS, KernelModel, gpu_cost, step_work
 def time_avg(records: list[StepRecord], field: str) -> float:
     total = sum(r.t_end - r.t_start for r in records)
     return sum(getattr(r, field) * (r.t_end - r.t_start) for r in records) / total
+
+
+def ran(scenario: str, seconds: float, **engine: Any) -> Simulator:
+    """The scenario's box, with the engine settings given, after seconds of virtual time."""
+    sim = Simulator(scenario, engine=engine or None)
+    sim.run_for(seconds)
+    return sim
 
 
 def busy_fraction(records: list[StepRecord]) -> float:
@@ -35,8 +44,7 @@ def test_littles_law_holds_in_steady_state_open_loop() -> None:
 
 
 def test_littles_law_closed_loop_in_flight_is_the_concurrency() -> None:
-    sim = Simulator("seq-cap")
-    sim.run_for(120)
+    sim = ran("seq-cap", 120)
     t0, t1 = 30.0, 120.0
     done = [r for r in sim.finished if t0 <= r.finished_at <= t1]
     throughput = len(done) / (t1 - t0)
@@ -61,10 +69,7 @@ def test_running_never_exceeds_max_num_seqs_and_the_queue_grows_past_it() -> Non
 
 
 def test_the_same_load_queues_less_with_a_higher_cap() -> None:
-    capped = Simulator("seq-cap")
-    roomy = Simulator("seq-cap", engine={"max_num_seqs": 64})
-    capped.run_for(60)
-    roomy.run_for(60)
+    capped, roomy = ran("seq-cap", 60), ran("seq-cap", 60, max_num_seqs=64)
     assert time_avg(capped.window(20, 60), "waiting") > 20
     assert time_avg(roomy.window(20, 60), "waiting") == 0
     assert time_avg(roomy.window(20, 60), "running") == pytest.approx(32, abs=0.5)
@@ -72,10 +77,7 @@ def test_the_same_load_queues_less_with_a_higher_cap() -> None:
 
 
 def test_preemptions_appear_only_when_the_kv_cache_is_short() -> None:
-    short = Simulator("kv-cap")
-    ample = Simulator("kv-cap", engine={"num_blocks": 4000})
-    short.run_for(60)
-    ample.run_for(60)
+    short, ample = ran("kv-cap", 60), ran("kv-cap", 60, num_blocks=4000)
     assert ample.stats.preemptions == 0
     assert max(r.kv_usage for r in ample.records) < 0.5
     assert short.stats.preemptions > 10
@@ -149,10 +151,7 @@ def test_decode_steps_are_memory_bound_and_big_prefill_chunks_compute_bound() ->
 
 
 def test_saturated_scenarios_split_on_the_roofline() -> None:
-    compute = Simulator("compute-bound")
-    memory = Simulator("memory-bound")
-    compute.run_for(30)
-    memory.run_for(30)
+    compute, memory = ran("compute-bound", 30), ran("memory-bound", 30)
     c, m = compute.gpu_activity(5.0), memory.gpu_activity(5.0)
     assert (
         c.util > 0.95
@@ -171,11 +170,9 @@ def test_saturated_scenarios_split_on_the_roofline() -> None:
 
 
 def test_launch_bound_gpu_is_busy_but_its_sms_are_idle_until_kernels_are_fused() -> None:
-    eager = Simulator("launch-bound")
-    graphs = Simulator("launch-bound", engine={"cuda_graphs": True})
-    fused = Simulator("launch-bound", engine={"cuda_graphs": True, "kernels_per_step": 150})
-    for sim in (eager, graphs, fused):
-        sim.run_for(20)
+    eager = ran("launch-bound", 20)
+    graphs = ran("launch-bound", 20, cuda_graphs=True)
+    fused = ran("launch-bound", 20, cuda_graphs=True, kernels_per_step=150)
     e, g, f = (s.gpu_activity(5.0) for s in (eager, graphs, fused))
     assert e.util > 0.6
     assert e.sm_active < 0.2 * e.util
@@ -188,10 +185,7 @@ def test_launch_bound_gpu_is_busy_but_its_sms_are_idle_until_kernels_are_fused()
 
 
 def test_token_budget_pins_iteration_tokens_and_raising_it_helps() -> None:
-    capped = Simulator("token-cap")
-    roomy = Simulator("token-cap", engine={"max_num_batched_tokens": 512})
-    capped.run_for(60)
-    roomy.run_for(60)
+    capped, roomy = ran("token-cap", 60), ran("token-cap", 60, max_num_batched_tokens=512)
     w = capped.window(10, 60)
     pinned = sum(r.tokens == 128 for r in w) / len(w)
     assert pinned > 0.9
@@ -202,8 +196,7 @@ def test_token_budget_pins_iteration_tokens_and_raising_it_helps() -> None:
 
 
 def test_starved_box_has_room_by_littles_law() -> None:
-    sim = Simulator("starved")
-    sim.run_for(120)
+    sim = ran("starved", 120)
     w = sim.window(20, 120)
     running = time_avg(w, "running")
     assert running == pytest.approx(10, rel=0.3)
@@ -212,17 +205,13 @@ def test_starved_box_has_room_by_littles_law() -> None:
 
 
 def test_idle_box_never_steps() -> None:
-    sim = Simulator("idle")
-    sim.run_for(10)
+    sim = ran("idle", 10)
     assert sim.records == []
     assert sim.gpu_activity().util == 0
 
 
 def test_scenarios_are_deterministic() -> None:
-    a, b = Simulator("kv-cap"), Simulator("kv-cap")
-    a.run_for(20)
-    b.run_for(20)
-    assert a.records == b.records
+    assert ran("kv-cap", 20).records == ran("kv-cap", 20).records
 
 
 def test_ignore_eos_is_honoured() -> None:

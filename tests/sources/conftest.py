@@ -79,6 +79,12 @@ class FakeServer:
         with self._lock:
             self.routes[path] = Route(data, **kwargs)  # type: ignore[arg-type]
 
+    def __enter__(self) -> FakeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """Stop listening: connections to ``url`` are refused from now on."""
         if self._thread.is_alive():
@@ -89,11 +95,8 @@ class FakeServer:
 
 @pytest.fixture
 def http_server() -> Iterator[FakeServer]:
-    server = FakeServer()
-    try:
+    with FakeServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 def fixture_text(name: str) -> str:
@@ -103,3 +106,14 @@ def fixture_text(name: str) -> str:
 @pytest.fixture
 def read_fixture() -> Callable[[str], str]:
     return fixture_text
+
+
+@pytest.fixture
+def engine_page(http_server: FakeServer) -> Callable[[str], str]:
+    """Serves tests/fixtures/engines/<name> as /metrics; gives the server's URL."""
+
+    def serve(name: str) -> str:
+        http_server.set("/metrics", fixture_text(f"engines/{name}"))
+        return http_server.url
+
+    return serve

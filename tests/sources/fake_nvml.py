@@ -14,6 +14,7 @@ import ctypes
 import itertools
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -116,6 +117,23 @@ def t4_gpu(**overrides: Any) -> FakeGpu:
     return FakeGpu(**kwargs)
 
 
+SM_CLOCK = (pynvml.NVML_CLOCK_SM,)  # the one clock the source asks for
+GPU_SENSOR = (pynvml.NVML_TEMPERATURE_GPU,)  # and the one sensor
+
+
+def _field(fn: str, attr: str, args: tuple[int, ...] = ()) -> Callable[..., Any]:
+    """An NVML device query answering the fake GPU's attr, after _enter's counting and faults;
+    args is what the source must pass after the handle."""
+
+    def query(self: FakeNvml, h: FakeGpu, *given: int) -> Any:
+        self._enter(fn, h)
+        assert given == args, (fn, given)
+        return getattr(h, attr)
+
+    query.__name__ = fn
+    return query
+
+
 class FakeNvml:
     """Stands in for the ``pynvml`` module; pass it as ``NvmlSource(nvml=...)``."""
 
@@ -206,22 +224,10 @@ class FakeNvml:
 
     # -- static facts ---------------------------------------------------------------
 
-    def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:
-        self._enter("nvmlDeviceGetUUID", h)
-        return h.uuid
-
-    def nvmlDeviceGetName(self, h: FakeGpu) -> str:
-        self._enter("nvmlDeviceGetName", h)
-        return h.name
-
-    def nvmlDeviceGetMaxClockInfo(self, h: FakeGpu, kind: int) -> int:
-        self._enter("nvmlDeviceGetMaxClockInfo", h)
-        assert kind == pynvml.NVML_CLOCK_SM
-        return h.sm_clock_max_mhz
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeGpu) -> int:
-        self._enter("nvmlDeviceGetEnforcedPowerLimit", h)
-        return h.power_limit_mw
+    nvmlDeviceGetUUID = _field("nvmlDeviceGetUUID", "uuid")
+    nvmlDeviceGetName = _field("nvmlDeviceGetName", "name")
+    nvmlDeviceGetMaxClockInfo = _field("nvmlDeviceGetMaxClockInfo", "sm_clock_max_mhz", SM_CLOCK)
+    nvmlDeviceGetEnforcedPowerLimit = _field("nvmlDeviceGetEnforcedPowerLimit", "power_limit_mw")
 
     def nvmlDeviceGetMigMode(self, h: FakeGpu) -> list[int]:
         self._enter("nvmlDeviceGetMigMode", h)
@@ -252,9 +258,7 @@ class FakeNvml:
             total=h.memory_total, used=h.memory_used, free=h.memory_total - h.memory_used
         )
 
-    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
-        self._enter("nvmlDeviceGetPowerUsage", h)
-        return h.power_mw
+    nvmlDeviceGetPowerUsage = _field("nvmlDeviceGetPowerUsage", "power_mw")
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeGpu) -> int:
         self._enter("nvmlDeviceGetTotalEnergyConsumption", h)
@@ -263,19 +267,11 @@ class FakeNvml:
             raise pynvml.NVMLError_NotSupported()
         return h.energy_mj
 
-    def nvmlDeviceGetClockInfo(self, h: FakeGpu, kind: int) -> int:
-        self._enter("nvmlDeviceGetClockInfo", h)
-        assert kind == pynvml.NVML_CLOCK_SM
-        return h.sm_clock_mhz
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeGpu) -> int:
-        self._enter("nvmlDeviceGetCurrentClocksEventReasons", h)
-        return h.throttle_mask
-
-    def nvmlDeviceGetTemperature(self, h: FakeGpu, sensor: int) -> int:
-        self._enter("nvmlDeviceGetTemperature", h)
-        assert sensor == pynvml.NVML_TEMPERATURE_GPU
-        return h.temperature
+    nvmlDeviceGetClockInfo = _field("nvmlDeviceGetClockInfo", "sm_clock_mhz", SM_CLOCK)
+    nvmlDeviceGetCurrentClocksEventReasons = _field(
+        "nvmlDeviceGetCurrentClocksEventReasons", "throttle_mask"
+    )
+    nvmlDeviceGetTemperature = _field("nvmlDeviceGetTemperature", "temperature", GPU_SENSOR)
 
     def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> SimpleNamespace:
         self._enter("nvmlDeviceGetUtilizationRates", h)

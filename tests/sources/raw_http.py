@@ -92,6 +92,12 @@ class RawServer:
                 if answer.close:
                     return
 
+    def __enter__(self) -> RawServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self._listener.close()
         with self._lock:

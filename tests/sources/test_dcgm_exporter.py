@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,24 +20,18 @@ MIB = 1024 * 1024
 
 
 def read_once(url: str, **kwargs: object) -> Reading:
-    src = DcgmExporterSource(url, **kwargs)  # type: ignore[arg-type]
-    try:
+    with closing(DcgmExporterSource(url, **kwargs)) as src:  # type: ignore[arg-type]
         return src.read()
-    finally:
-        src.close()
 
 
 def test_t4_page_gives_both_gpus_with_their_kubernetes_labels(
     http_server, read_fixture: Callable[[str], str]
 ) -> None:
     http_server.set("/metrics", read_fixture(T4))
-    src = DcgmExporterSource(http_server.url)
-    try:
+    with closing(DcgmExporterSource(http_server.url)) as src:
         assert isinstance(src, Source) and src.name == "dcgm-exporter"
         assert src.url == http_server.url + "/metrics"
         reading = src.read()
-    finally:
-        src.close()
     assert reading.errors == ()
     g0, g1 = reading.gpus
     assert (g0.index, g0.uuid, g0.name) == (

@@ -67,10 +67,9 @@ ENGINE_CAUSES = {"kv-cap", "seq-cap", "starved", "token-cap"}
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.fixture)
 def test_snapshot_names_the_engine_and_gives_only_what_the_page_allows(
-    case: Case, http_server, read_fixture: Callable[[str], str]
+    case: Case, engine_page: Callable[[str], str]
 ) -> None:
-    http_server.set("/metrics", read_fixture(f"engines/{case.fixture}"))
-    proc = snapshot(http_server.url)
+    proc = snapshot(engine_page(case.fixture))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     report = json.loads(proc.stdout)
@@ -91,9 +90,8 @@ def test_snapshot_names_the_engine_and_gives_only_what_the_page_allows(
         assert {"running", "waiting"} <= missing
 
 
-def test_tgi_text_says_what_it_lacks(http_server, read_fixture: Callable[[str], str]) -> None:
-    http_server.set("/metrics", read_fixture("engines/tgi-2.4.txt"))
-    proc = snapshot(http_server.url, json_out=False)
+def test_tgi_text_says_what_it_lacks(engine_page: Callable[[str], str]) -> None:
+    proc = snapshot(engine_page("tgi-2.4.txt"), json_out=False)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "(TGI 1.0-3.x)" in out
@@ -105,10 +103,9 @@ def test_tgi_text_says_what_it_lacks(http_server, read_fixture: Callable[[str], 
 
 
 def test_data_parallel_engines_are_each_diagnosed_and_summed(
-    http_server, read_fixture: Callable[[str], str]
+    engine_page: Callable[[str], str],
 ) -> None:
-    http_server.set("/metrics", read_fixture("engines/vllm-0.11-dp2.txt"))
-    proc = snapshot(http_server.url)
+    proc = snapshot(engine_page("vllm-0.11-dp2.txt"))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert [e["engine"] for e in report["engines"]] == ["0", "1"]
@@ -130,9 +127,8 @@ def test_a_page_of_no_known_engine_is_one_line_and_exit_1(http_server) -> None:
     assert "serves no serving engine's metrics that headroom knows" in proc.stderr
 
 
-def test_forcing_the_wrong_engine_says_so(http_server, read_fixture: Callable[[str], str]) -> None:
-    http_server.set("/metrics", read_fixture("engines/tgi-2.4.txt"))
-    proc = snapshot(http_server.url, "--engine", "sglang", json_out=False)
+def test_forcing_the_wrong_engine_says_so(engine_page: Callable[[str], str]) -> None:
+    proc = snapshot(engine_page("tgi-2.4.txt"), "--engine", "sglang", json_out=False)
     assert proc.returncode == 1
     assert "does not serve SGLang metrics (no sglang: families found)" in proc.stderr
     assert "Traceback" not in proc.stderr

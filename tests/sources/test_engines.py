@@ -239,10 +239,9 @@ def _check(e: EngineSample, case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.fixture)
 def test_each_release_range_is_found_and_mapped(
-    case: Case, http_server, read_fixture: Callable[[str], str]
+    case: Case, engine_page: Callable[[str], str]
 ) -> None:
-    http_server.set("/metrics", read_fixture(f"engines/{case.fixture}"))
-    src = VllmSource(http_server.url)
+    src = VllmSource(engine_page(case.fixture))
     try:
         reading = src.read()
     finally:

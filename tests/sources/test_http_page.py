@@ -17,11 +17,15 @@ from monitor.sources.promtext import Scraper
 
 @pytest.fixture
 def raw() -> Iterator[RawServer]:
-    server = RawServer()
-    try:
+    with RawServer() as server:
         yield server
-    finally:
-        server.stop()
+
+
+def scrape(raw: RawServer, n: int, timeout: float = 2.0) -> tuple[list[str], int]:
+    """n pages through one Scraper, and the connections the server accepted for them."""
+    with Scraper(raw.url, timeout) as scraper:
+        pages = [scraper.get() for _ in range(n)]
+    return pages, raw.accepts
 
 
 def chunked(*chunks: bytes, head: str = "", trailer: bytes = b"") -> bytes:
@@ -33,9 +37,7 @@ def chunked(*chunks: bytes, head: str = "", trailer: bytes = b"") -> bytes:
 
 def test_one_connection_carries_every_get_with_the_request_headers(raw: RawServer) -> None:
     raw.answer(ok(b"m 1\n"), ok(b"m 2\n"), ok(b"m 3\n"))
-    with Scraper(raw.url, 2.0) as scraper:
-        assert [scraper.get() for _ in range(3)] == ["m 1\n", "m 2\n", "m 3\n"]
-    assert raw.accepts == 1
+    assert scrape(raw, 3) == (["m 1\n", "m 2\n", "m 3\n"], 1)
     request = raw.requests[0].decode()
     assert request.startswith("GET /metrics HTTP/1.1\r\n")
     lines = request.split("\r\n")
@@ -59,11 +61,8 @@ def test_a_chunked_page_with_extensions_and_trailers(raw: RawServer) -> None:
     body = chunked(b"m 1\n", b'm_2{a="b"} 2\n', trailer=b"X-Checksum: 1\r\nX-More: 2\r\n")
     body = body.replace(b"4\r\n", b"4;name=value;x\r\n", 1)  # a chunk extension
     raw.answer(Answer([body]), ok(b"next\n"))
-    with Scraper(raw.url, 2.0) as scraper:
-        assert scraper.get() == 'm 1\nm_2{a="b"} 2\n'
-        # The trailers were read to their end: the next answer starts clean, same connection.
-        assert scraper.get() == "next\n"
-    assert raw.accepts == 1
+    # The trailers were read to their end: the next answer starts clean, same connection.
+    assert scrape(raw, 2) == (['m 1\nm_2{a="b"} 2\n', "next\n"], 1)
 
 
 def test_header_names_in_any_case(raw: RawServer) -> None:
@@ -72,10 +71,7 @@ def test_header_names_in_any_case(raw: RawServer) -> None:
         Answer([b"HTTP/1.1 200 OK\r\ncontent-LENGTH: 4\r\nCONTENT-type: text/plain\r\n\r\n" + page]),
         Answer([chunked(page).replace(b"Transfer-Encoding: chunked", b"TRANSFER-encoding: Chunked")]),
     )  # fmt: skip
-    with Scraper(raw.url, 2.0) as scraper:
-        assert scraper.get() == "m 1\n"
-        assert scraper.get() == "m 1\n"
-    assert raw.accepts == 1
+    assert scrape(raw, 2) == (["m 1\n", "m 1\n"], 1)
 
 
 @pytest.mark.parametrize("version", ["HTTP/1.1", "HTTP/1.0"])
@@ -85,20 +81,14 @@ def test_a_body_without_length_runs_to_the_end_of_the_connection(
     page = b"m 1\n" * 2000
     head = f"{version} 200 OK\r\nContent-Type: text/plain\r\n\r\n".encode()
     raw.answer(Answer([head, page[:3000], page[3000:]], gap=0.02, close=True), ok(b"again\n"))
-    with Scraper(raw.url, 2.0) as scraper:
-        assert scraper.get() == page.decode()
-        assert scraper.get() == "again\n"
-    assert raw.accepts == 2
+    assert scrape(raw, 2) == ([page.decode(), "again\n"], 2)
 
 
 def test_connection_close_with_a_length_is_not_reused(raw: RawServer) -> None:
     # The server says close but keeps the socket open: a client that reused it would get
     # its next answer on the same connection, and one accept.
     raw.answer(ok(b"m 1\n", "Connection: close"), ok(b"m 2\n"))
-    with Scraper(raw.url, 2.0) as scraper:
-        assert scraper.get() == "m 1\n"
-        assert scraper.get() == "m 2\n"
-    assert raw.accepts == 2
+    assert scrape(raw, 2) == (["m 1\n", "m 2\n"], 2)
 
 
 def test_an_http_1_0_answer_is_kept_alive_only_when_it_says_so(raw: RawServer) -> None:
@@ -108,9 +98,7 @@ def test_an_http_1_0_answer_is_kept_alive_only_when_it_says_so(raw: RawServer) -
         Answer([answer % b""]),
         Answer([answer % b""]),
     )
-    with Scraper(raw.url, 2.0) as scraper:
-        assert [scraper.get() for _ in range(3)] == ["m 1\n"] * 3
-    assert raw.accepts == 2
+    assert scrape(raw, 3) == (["m 1\n"] * 3, 2)
 
 
 def test_interim_answers_before_the_page_are_skipped(raw: RawServer) -> None:
@@ -122,10 +110,7 @@ def test_interim_answers_before_the_page_are_skipped(raw: RawServer) -> None:
         ], gap=0.02),
         ok(b"m 2\n"),
     )  # fmt: skip
-    with Scraper(raw.url, 2.0) as scraper:
-        assert scraper.get() == "m 1\n"
-        assert scraper.get() == "m 2\n"
-    assert raw.accepts == 1
+    assert scrape(raw, 2) == (["m 1\n", "m 2\n"], 1)
 
 
 def test_an_answer_sent_a_byte_at_a_time(raw: RawServer) -> None:
@@ -136,11 +121,8 @@ def test_an_answer_sent_a_byte_at_a_time(raw: RawServer) -> None:
         Answer([bytes([b]) for b in whole_chunked], gap=0.002),
         ok(b"after\n"),
     )
-    with Scraper(raw.url, 30.0) as scraper:  # the deadline covers all ~700 pieces
-        assert scraper.get() == 'm{a="1"} 1\nn 2\n'
-        assert scraper.get() == "m 1\nn 2\n"
-        assert scraper.get() == "after\n"
-    assert raw.accepts == 1
+    # The deadline covers all ~700 pieces.
+    assert scrape(raw, 3, timeout=30.0) == (['m{a="1"} 1\nn 2\n', "m 1\nn 2\n", "after\n"], 1)
 
 
 def test_an_error_status_raises_and_the_next_get_works(raw: RawServer) -> None:
@@ -272,8 +254,7 @@ def test_any_body_through_any_framing_and_splits_comes_back_exactly(
             answer += b"%x%s\r\n%s\r\n" % (len(piece), ext, piece)
             at, i = at + len(piece), i + 1
         answer += b"0\r\nT: 1\r\n\r\n" if extensions else b"0\r\n\r\n"
-    server = RawServer()
-    try:
+    with RawServer() as server:
         server.answer(Answer(_splits(answer, cuts), gap=0.001, close=framing == "eof"), ok(b"x"))
         request = build_request("127.0.0.1", server.port, "/", {})
         client = PageClient("127.0.0.1", server.port, request)
@@ -285,5 +266,3 @@ def test_any_body_through_any_framing_and_splits_comes_back_exactly(
             client.connect(time.monotonic() + 5.0)
         assert client.get(time.monotonic() + 5.0).body == b"x"  # the buffer starts clean
         client.close()
-    finally:
-        server.stop()

@@ -363,12 +363,19 @@ def _edited(page: str, rnd: random.Random, edits: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.randoms(use_true_random=False), st.integers(1, 6))
-def test_a_mutated_real_page_reads_as_prometheus_client_reads_it(
-    rnd: random.Random, edits: int
-) -> None:
-    page = _edited(UNDER_LOAD, rnd, edits)
+def _edited_pages(most: int) -> st.SearchStrategy[str]:
+    """The vLLM page under load with 1 to ``most`` characters edited at random."""
+    rnds = st.randoms(use_true_random=False)
+    return st.builds(_edited, st.just(UNDER_LOAD), rnds, st.integers(1, most))
+
+
+# A hundred edited pages a test, however slow the machine.
+_MANY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_MANY
+@given(_edited_pages(6))
+def test_a_mutated_real_page_reads_as_prometheus_client_reads_it(page: str) -> None:
     for names in (None, VLLM_NAMES):
         got = parse(page, names)  # never raises, whatever the edit
         try:
@@ -413,12 +420,9 @@ def test_a_page_repeating_the_last_series_reads_as_a_fresh_parse(
     ]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.randoms(use_true_random=False), st.integers(1, 4))
-def test_a_real_page_changed_anywhere_after_the_last_reads_as_a_fresh_parse(
-    rnd: random.Random, edits: int
-) -> None:
-    then = _edited(UNDER_LOAD, rnd, edits)
+@_MANY
+@given(_edited_pages(4))
+def test_a_real_page_changed_anywhere_after_the_last_reads_as_a_fresh_parse(then: str) -> None:
     fresh = parse(then, VLLM_NAMES)
     got = _layout_read(UNDER_LOAD, then, VLLM_NAMES)
     assert got.skipped_lines == fresh.skipped_lines

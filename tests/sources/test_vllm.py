@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -32,22 +33,16 @@ def only_engine(reading: Reading) -> EngineSample:
 
 
 def read_once(url: str, **kwargs: object) -> Reading:
-    src = VllmSource(url, **kwargs)  # type: ignore[arg-type]
-    try:
+    with closing(VllmSource(url, **kwargs)) as src:  # type: ignore[arg-type]
         return src.read()
-    finally:
-        src.close()
 
 
 def test_is_a_source_and_normalises_the_url() -> None:
-    src = VllmSource("http://127.0.0.1:8000")
-    try:
+    with closing(VllmSource("http://127.0.0.1:8000")) as src:
         assert isinstance(src, Source)
         assert src.name == "vllm"
         assert src.url == "http://127.0.0.1:8000/metrics"
         assert VllmSource("http://127.0.0.1:8000/metrics").url == src.url
-    finally:
-        src.close()
 
 
 def test_under_load_page_reads_running_and_waiting_by_reason(
@@ -248,13 +243,10 @@ def test_a_dropped_connection_costs_no_reading(
     http_server, read_fixture: Callable[[str], str]
 ) -> None:
     http_server.set("/metrics", read_fixture(IDLE))
-    src = VllmSource(http_server.url)
-    try:
+    with closing(VllmSource(http_server.url)) as src:
         assert src.read().errors == ()
         http_server.routes["/metrics"].drop = 1  # the kept-alive connection is closed on us
         assert only_engine(src.read()).running == 0.0
-    finally:
-        src.close()
 
 
 def _counters_times(text: str, factor: float) -> str:
@@ -425,8 +417,7 @@ def test_a_page_read_later_is_the_page_as_it_was_fetched(
     # must be of the page fetched, not of what the server says by then.
     page = read_fixture(UNDER_LOAD)
     http_server.set("/metrics", page)
-    src = VllmSource(http_server.url)
-    try:
+    with closing(VllmSource(http_server.url)) as src:
         first = src.read()  # finds the engine's page (tried whole while it might be elsewhere)
         later = src.read_later()
         http_server.set("/metrics", _grown(page))
@@ -443,8 +434,6 @@ def test_a_page_read_later_is_the_page_as_it_was_fetched(
         assert "metrics" in err.message and not garbage().engines
         (err,) = down().errors
         assert err.source == "vllm" and not down().engines
-    finally:
-        src.close()
 
 
 def read_once_text(text: str, url: str) -> Reading:

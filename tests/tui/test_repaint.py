@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 from textual.strip import Strip
 from textual.visual import Visual
 from tui_helpers import record_story
@@ -30,6 +33,44 @@ def seq_cap(tmp_path: Path) -> Path:
     path = tmp_path / "seq-cap.jsonl"
     record_story(path, "seq-cap")
     return path
+
+
+@asynccontextmanager
+async def watching(path: Path, preload: int) -> AsyncIterator[tuple[HeadroomApp, Pilot[Any]]]:
+    """watch replaying the story at 120x40, laid out, its panels drawn at their width."""
+    app = HeadroomApp(ReplayFeed(path, speed=0), autostart=False, preload=preload)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app._publish()  # panels drawn before the first layout are drawn again at their width
+        await pilot.pause()
+        yield app, pilot
+
+
+def last_report(app: HeadroomApp) -> dict[str, Any]:
+    latest = app._latest
+    assert latest is not None and latest.report is not None
+    return latest.report
+
+
+async def replay_rest(
+    app: HeadroomApp, pilot: Pilot[Any], each: Callable[[], None] = lambda: None
+) -> None:
+    """Steps the rest of the story, each() after every frame."""
+    feed = app.feed
+    assert isinstance(feed, ReplayFeed)
+    while (frame := feed.step()) is not None:
+        app.apply_frame(frame, publish=True)
+        await pilot.pause()
+        each()
+
+
+async def jump_every_figure(app: HeadroomApp, pilot: Pilot[Any]) -> None:
+    """Every figure moves at once (halved), and time jumps past a sparkline column."""
+    base = last_report(app)
+    g = {k: v * 0.5 if isinstance(v, float) else v for k, v in base["gpus"][0].items()}
+    t = base["time"] + 3 * SPARK_COLUMN_S
+    app.apply_frame(Frame({**base, "time": t, "gpus": [g]}), publish=True)
+    await pilot.pause()
 
 
 class Painted:
@@ -67,18 +108,12 @@ async def test_sparklines_move_only_when_a_column_completes(
     """A reading that completes no sparkline column leaves the sparklines' cells unwritten,
     a point of jitter leaves the bar alone, a real change repaints its line short of the
     sparkline, and the reading that completes a column shifts the sparklines."""
-    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=1000)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        app._publish()  # panels drawn before the first layout are drawn again at their width
-        await pilot.pause()
+    async with watching(seq_cap, preload=1000) as (app, pilot):
         gpu = app.screen.query_one(GpuPanel)
         box = gpu.content_region
         meters = range(box.y, box.y + 5)  # duty, SM act, occup, tensor, DRAM
         spark_x = box.right - spark_width(box.width)
-        latest = app._latest
-        assert latest is not None and latest.report is not None
-        base = latest.report
+        base = last_report(app)
         util = base["gpus"][0]["util"]
         painted = Painted(app, monkeypatch)
 
@@ -183,27 +218,12 @@ async def test_partial_updates_leave_the_screen_a_full_repaint_would_draw(
     """Updates that write only the changed cells (and set colours only where they change)
     leave on the terminal, cell for cell and colour for colour, what a whole repaint draws:
     figures, bars, sparklines and verdicts change over a story and a jump in every figure."""
-    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=4)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        app._publish()
-        await pilot.pause()
+    async with watching(seq_cap, preload=4) as (app, pilot):
         wire = Wire(app, monkeypatch)
-        feed = app.feed
-        assert isinstance(feed, ReplayFeed)
-        while (frame := feed.step()) is not None:
-            app.apply_frame(frame, publish=True)
-            await pilot.pause()
+        await replay_rest(app, pilot)
         assert wire.take()[0] > 0
         assert wire.term.cells == wire.as_drawn_whole()
-        # Every figure moves at once, and time jumps past a sparkline column.
-        latest = app._latest
-        assert latest is not None and latest.report is not None
-        base = latest.report
-        g = {k: v * 0.5 if isinstance(v, float) else v for k, v in base["gpus"][0].items()}
-        t = base["time"] + 3 * SPARK_COLUMN_S
-        app.apply_frame(Frame({**base, "time": t, "gpus": [g]}), publish=True)
-        await pilot.pause()
+        await jump_every_figure(app, pilot)
         assert wire.take()[1] > 0
         assert wire.term.cells == wire.as_drawn_whole()
 
@@ -214,14 +234,8 @@ async def test_a_changed_figure_writes_its_cells_not_its_line(
     """A tick where only the duty cycle moves (20 points) and the clock's seconds: the
     terminal gets the bar's end, the figure and the seconds, not each line from its left
     edge; a tick where only the clock moves costs a few dozen bytes."""
-    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=1000)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        app._publish()
-        await pilot.pause()
-        latest = app._latest
-        assert latest is not None and latest.report is not None
-        base = latest.report
+    async with watching(seq_cap, preload=1000) as (app, pilot):
+        base = last_report(app)
         gpu = base["gpus"][0]
         wire = Wire(app, monkeypatch)
 
@@ -251,14 +265,8 @@ async def test_a_verdict_is_repainted_when_its_figures_move_not_when_they_jitter
     """The diagnosis's figures are a window's means: one crossing a rounding edge (40 to 41
     requests waiting, 40.0 to 40.6 in the evidence) leaves the verdict as shown; a real
     move (to 48) shows summary, evidence and fix together, as the diagnosis gave them."""
-    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=1000)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        app._publish()
-        await pilot.pause()
-        latest = app._latest
-        assert latest is not None and latest.report is not None
-        base = latest.report
+    async with watching(seq_cap, preload=1000) as (app, pilot):
+        base = last_report(app)
         top = base["verdicts"][0]
         assert "40 requests wait" in top["summary"] and "40 wait" in top["fix"]
         box = app.screen.query_one(DiagnosisPanel).content_region
@@ -301,14 +309,8 @@ async def test_a_panel_one_line_shorter_keeps_its_height_a_while(
     """A diagnosis that loses a line (and gets it back, as a wrapped line does when a digit
     comes and goes) keeps its height, with a blank line: the panels below are not laid out
     and written again. Shorter for SHRINK_AFTER draws in a row, it shrinks."""
-    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=1000)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        app._publish()
-        await pilot.pause()
-        latest = app._latest
-        assert latest is not None and latest.report is not None
-        base = latest.report
+    async with watching(seq_cap, preload=1000) as (app, pilot):
+        base = last_report(app)
         top = base["verdicts"][0]
         diagnosis = app.screen.query_one(DiagnosisPanel)
         t = base["time"]
@@ -341,15 +343,9 @@ async def test_panels_render_the_lines_textual_renders_of_the_whole_text(
     """Panels render each text line alone and keep its strips while it stays: over a story
     and a jump in every figure, every panel's lines are, segment for segment, what Textual
     renders of the panel's whole text."""
-    app = HeadroomApp(ReplayFeed(seq_cap, speed=0), autostart=False, preload=4)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        app._publish()
-        await pilot.pause()
-        feed = app.feed
-        assert isinstance(feed, ReplayFeed)
+    async with watching(seq_cap, preload=4) as (app, pilot):
 
-        def check() -> int:
+        def check() -> None:
             n = 0
             for panel in app.screen.query(Panel):
                 width, height = panel.size
@@ -358,17 +354,8 @@ async def test_panels_render_the_lines_textual_renders_of_the_whole_text(
                 blank = Strip.blank(width, panel.visual_style.rich_style)
                 assert lines == whole + [blank] * (height - len(whole)), type(panel).__name__
                 n += panel._screen_strips is not None  # rendered line by line
-            return n
+            assert n >= 3
 
-        while (frame := feed.step()) is not None:
-            app.apply_frame(frame, publish=True)
-            await pilot.pause()
-            assert check() >= 3
-        latest = app._latest
-        assert latest is not None and latest.report is not None
-        base = latest.report
-        g = {k: v * 0.5 if isinstance(v, float) else v for k, v in base["gpus"][0].items()}
-        t = base["time"] + 3 * SPARK_COLUMN_S
-        app.apply_frame(Frame({**base, "time": t, "gpus": [g]}), publish=True)
-        await pilot.pause()
-        assert check() >= 3
+        await replay_rest(app, pilot, each=check)
+        await jump_every_figure(app, pilot)
+        check()

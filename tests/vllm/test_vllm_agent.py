@@ -11,10 +11,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from proc_support import stop
 from vllm_load import Load
 from vllm_support import ROOT, SEQ_CAP, serve
 
@@ -49,33 +51,28 @@ def _wait_for(
     raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
+@contextmanager
+def _running(argv: list[str], port: int, ready: str, log: Path, **popen: Any) -> Iterator[str]:
+    """argv started, its output to log; yields its URL once URL+ready answers 200."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, **popen)
+    url = f"http://127.0.0.1:{port}"
     try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+        _wait_for(f"{log.stem} {ready}", lambda: _status(url + ready) == 200, 60, proc, log)
+        yield url
+    finally:
+        stop(proc, grace=15)
 
 
 @pytest.fixture
 def agent(seq_cap_server: Any, tmp_path: Path) -> Iterator[str]:
     port = serve.free_port()
-    log = tmp_path / "agent.log"
     # A short window so the verdict follows a short load; sampling every 0.25 s gives it 20
     # readings, so one odd reading between engine steps does not decide it.
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "headroom", "agent", "--listen", f"127.0.0.1:{port}",
-             "--vllm", seq_cap_server.url, "--no-nvml", "--interval", "0.25", "--window", "5"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for("agent /healthz", lambda: _status(url + "/healthz") == 200, 60, proc, log)
+    argv = [sys.executable, "-m", "headroom", "agent", "--listen", f"127.0.0.1:{port}",
+            "--vllm", seq_cap_server.url, "--no-nvml", "--interval", "0.25", "--window", "5"]  # fmt: skip
+    with _running(argv, port, "/healthz", tmp_path / "agent.log", cwd=ROOT) as url:
         yield url
-    finally:
-        _stop(proc)
 
 
 def _status(url: str) -> int:
@@ -98,19 +95,10 @@ def prometheus(agent: str, tmp_path: Path) -> Iterator[str]:
         "scrape_configs:\n  - job_name: headroom\n    static_configs:\n"
         f"      - targets: ['{agent.removeprefix('http://')}']\n"
     )
-    log = tmp_path / "prometheus.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for("prometheus ready", lambda: _status(url + "/-/ready") == 200, 60, proc, log)
+    argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]  # fmt: skip
+    with _running(argv, port, "/-/ready", tmp_path / "prometheus.log") as url:
         yield url
-    finally:
-        _stop(proc)
 
 
 def _top_is(report: dict[str, Any], cause: str) -> dict[str, Any] | None:
