@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from headroom.commands.common import add_engine_flag, add_price_flag, gpu_hour_price
+from headroom.commands.common import add_engine_flag, add_price_flag, add_raw_parser, gpu_hour_price
 from headroom.commands.sweep_flags import read_list, read_numbers
 from monitor.core.errors import ConfigError
 
@@ -28,16 +28,16 @@ The API key is read from HEADROOM_API_KEY or OPENAI_API_KEY.
 """
 
 
+HELP = "step the load and find the saturation point, its cause, and goodput"
+DESCRIPTION = (
+    "Step the load on an OpenAI-compatible server (closed loop: concurrency; "
+    "open loop: request rates), watch the engine and GPUs at each step, and report the "
+    "saturation point, its cause, and the largest load that meets your SLOs."
+)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "sweep",
-        help="step the load and find the saturation point, its cause, and goodput",
-        description="Step the load on an OpenAI-compatible server (closed loop: concurrency; "
-        "open loop: request rates), watch the engine and GPUs at each step, and report the "
-        "saturation point, its cause, and the largest load that meets your SLOs.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_raw_parser(sub, "sweep", HELP, DESCRIPTION, EPILOG)
     p.add_argument("--target", help="the server's base URL (http://host:port); required "
                    "unless --from-results")  # fmt: skip
     p.add_argument("--model", help="model name (default: the first from /v1/models)")
