@@ -109,6 +109,8 @@ class Panel(Widget, can_focus=True):
     DEFAULT_CSS = """
     Panel { height: auto; }
     """
+    # A panel whose title never changes names it here; the others set theirs as they draw.
+    TITLE: str | None = None
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -126,6 +128,10 @@ class Panel(Widget, can_focus=True):
         self._strips_key: tuple[int, Any] | None = None
         self._screen_strips: list[Strip] | None = None
         self._split: list[Text] = []  # the drawn text's own lines (before any wrapping)
+
+    def on_mount(self) -> None:
+        if self.TITLE is not None:
+            self.border_title = self.TITLE
 
     def update_view(self, view: View) -> None:
         self.view = view
@@ -321,8 +327,7 @@ def source_errors(text: Text, errors: Sequence[Report]) -> None:
 class DiagnosisPanel(Panel):
     """The verdicts in words: cause, confidence, since when, evidence and the first fix."""
 
-    def on_mount(self) -> None:
-        self.border_title = "Diagnosis"
+    TITLE = "Diagnosis"
 
     def draw(self, width: int) -> Text:
         text = Text()
@@ -652,8 +657,7 @@ def littles_lines(e: Report, width: int, self_widens: bool = False) -> Text:
 
 
 class LittlePanel(Panel):
-    def on_mount(self) -> None:
-        self.border_title = "Little's law · capacity · roofline"
+    TITLE = "Little's law · capacity · roofline"
 
     def draw(self, width: int) -> Text:
         text = Text()
@@ -682,8 +686,7 @@ class LittlePanel(Panel):
 
 
 class HostPanel(Panel):
-    def on_mount(self) -> None:
-        self.border_title = "Host"
+    TITLE = "Host"
 
     def draw(self, width: int) -> Text:
         text = Text()
