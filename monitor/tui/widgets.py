@@ -397,6 +397,13 @@ class DiagnosisPanel(Panel):
         return text
 
 
+def no_reading() -> Text:
+    """What a GPU or engine panel shows on a tick that has no reading of it."""
+    text = Text()
+    text.append("no reading on this tick", style="dim")
+    return text
+
+
 class GpuPanel(Panel):
     """One GPU: duty cycle right above SM active, so the gap between them shows at a glance."""
 
@@ -406,12 +413,11 @@ class GpuPanel(Panel):
         self.key = index
 
     def draw(self, width: int) -> Text:
-        text = Text()
         g = self.view.gpu(self.index)
         if g is None:
-            text.append("no reading on this tick", style="dim")
-            return text
+            return no_reading()
         self.border_title = f"GPU {g['index']} · {g.get('name', '')} · {g.get('source', '')}"
+        text = Text()
         # Held as shown on the bars below: the gap in the border moves when they do (a new
         # border repaints the whole panel).
         util, sm = self.hold("util", g.get("util")), self.hold("sm_active", g.get("sm_active"))
@@ -470,11 +476,10 @@ class EnginePanel(Panel):
         self.key = key
 
     def draw(self, width: int) -> Text:
-        text = Text()
         e = self.view.engine(self.key)
         if e is None:
-            text.append("no reading on this tick", style="dim")
-            return text
+            return no_reading()
+        text = Text()
         e = self.steady.figures("engine", e)
         self.border_title = (
             f"{e.get('model_name') or '?'} · engine {e.get('engine') or '-'} · "
