@@ -204,6 +204,14 @@ def _traffic_checks(args: argparse.Namespace) -> None:
         raise ConfigError("--turns holds sessions in a closed loop: use --concurrency, not --rates")
 
 
+# Flags whose value goes unchanged into the SweepConfig field of the same name.
+_SWEEP_SAME_NAMED = (
+    "concurrency", "max_concurrency", "step_seconds", "warmup_seconds", "engine",
+    "dcgm_exporter", "workers", "external_workers", "master_bind", "master_port",
+    "error_threshold",
+)  # fmt: skip
+
+
 def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=None):
     from loadgen.analysis import parse_slo
     from loadgen.schema import SweepConfig, WorkerConfig
@@ -256,24 +264,14 @@ def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=
         **extra,
     )
     return SweepConfig(
+        **{name: getattr(args, name) for name in _SWEEP_SAME_NAMED},
         worker=worker,
         mode=mode,
         adaptive=adaptive,
-        concurrency=args.concurrency,
         rates=rates,
-        max_concurrency=args.max_concurrency,
-        step_seconds=args.step_seconds,
-        warmup_seconds=args.warmup_seconds,
         sample_interval_s=args.sample_interval,
         vllm_metrics=metrics,
-        engine=args.engine,
-        dcgm_exporter=args.dcgm_exporter,
         slos=slos,
-        workers=args.workers,
-        external_workers=args.external_workers,
-        master_bind=args.master_bind,
-        master_port=args.master_port,
-        error_threshold=args.error_threshold,
         max_lag_s=args.max_lag,
         speeds=speeds,
         dataset_prompts=traffic.dataset_prompts if traffic is not None else None,
