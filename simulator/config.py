@@ -77,12 +77,7 @@ class EngineConfig:
     def kernel_model(self) -> KernelModel:
         kernels = self.kernels_per_step or 8 * self.model_spec.num_layers + 16
         return KernelModel(
-            kernels_per_step=kernels,
-            kernel_fixed_s=self.kernel_fixed_s,
-            launch_overhead_s=self.launch_overhead_s,
-            cuda_graphs=self.cuda_graphs,
-            compute_efficiency=self.compute_efficiency,
-            memory_efficiency=self.memory_efficiency,
+            kernels_per_step=kernels, **{name: getattr(self, name) for name in _KERNEL_KNOBS}
         )
 
     @property
@@ -94,6 +89,13 @@ class EngineConfig:
         tp = self.tensor_parallel_size
         free = gpu.memory_bytes * self.gpu_memory_utilization - model.weight_bytes / tp - GiB
         return max(1, int(free // (self.block_size * model.kv_bytes_per_token / tp)))
+
+
+# The engine settings a KernelModel takes as they are, by the same names.
+_KERNEL_KNOBS = (
+    "kernel_fixed_s", "launch_overhead_s", "cuda_graphs", "compute_efficiency",
+    "memory_efficiency",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -118,25 +118,25 @@ def cache_config_labels(cfg: EngineConfig, num_blocks: int) -> dict[str, str]:
     }
 
 
+# Counters with no label of their own: (family stem, vLLM's help, the Stats field).
+_ESTIMATES = (
+    ("vllm:estimated_flops_per_gpu", "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).", "flops"),
+    ("vllm:estimated_read_bytes_per_gpu", "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations).", "read_bytes"),
+    ("vllm:estimated_write_bytes_per_gpu", "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).", "write_bytes"),
+)  # fmt: skip
+_TOKEN_COUNTERS = (
+    ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", "prefix_cache_queries"),
+    ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", "prefix_cache_hits"),
+    ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
+)  # fmt: skip
+
+
 def render_vllm(core: EngineCore, stats: Stats) -> str:
     """vLLM's engine families; call under the engine's lock (it reads live state)."""
     cfg = core.cfg
     w = _Writer({"engine": "0", "model_name": cfg.model_name}, stats.created)
-    w.counter(
-        "vllm:estimated_flops_per_gpu",
-        "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
-        [(None, stats.flops)],
-    )
-    w.counter(
-        "vllm:estimated_read_bytes_per_gpu",
-        "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations).",
-        [(None, stats.read_bytes)],
-    )
-    w.counter(
-        "vllm:estimated_write_bytes_per_gpu",
-        "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
-        [(None, stats.write_bytes)],
-    )
+    for stem, help_, field in _ESTIMATES:
+        w.counter(stem, help_, [(None, getattr(stats, field))])
     w.gauge(
         "vllm:num_requests_running",
         "Number of requests in model execution batches.",
@@ -182,21 +182,8 @@ def render_vllm(core: EngineCore, stats: Stats) -> str:
             ({"source": "external_kv_transfer"}, 0),
         ],
     )
-    w.counter(
-        "vllm:prefix_cache_queries",
-        "Prefix cache queries, in terms of number of queried tokens.",
-        [(None, stats.prefix_cache_queries)],
-    )
-    w.counter(
-        "vllm:prefix_cache_hits",
-        "Prefix cache hits, in terms of number of cached tokens.",
-        [(None, stats.prefix_cache_hits)],
-    )
-    w.counter(
-        "vllm:generation_tokens",
-        "Number of generation tokens processed.",
-        [(None, stats.generation_tokens)],
-    )
+    for stem, help_, field in _TOKEN_COUNTERS:
+        w.counter(stem, help_, [(None, getattr(stats, field))])
     w.counter(
         "vllm:request_success",
         "Count of successfully processed requests.",

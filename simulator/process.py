@@ -20,7 +20,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from simulator.cli import READY_PREFIX, resolve
@@ -98,12 +97,7 @@ class SimHandle:
     def __enter__(self) -> SimHandle:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

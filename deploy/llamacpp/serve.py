@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,9 +28,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.append(str(HERE.parent))  # deploy/serve_setup.py, what both serve.py share
+from serve_setup import free_port, last_line, run_setup, spawn  # noqa: E402
+
 SETUP_SH = HERE / "setup.sh"
 MAKE_MODEL = HERE / "make_tiny_gguf.py"
 
@@ -44,22 +46,9 @@ class LlamaStartError(RuntimeError):
     """The server did not become healthy. The message ends with the tail of its log."""
 
 
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "no output"
-
-
 def ensure_binary(timeout: float = 1800.0) -> Path:
     """Run setup.sh (instant once built) and return the llama-server path."""
-    try:
-        proc = subprocess.run(
-            ["bash", str(SETUP_SH)], capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise LlamaSetupError(f"llama.cpp build took longer than {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        raise LlamaSetupError(_last_line(proc.stderr or proc.stdout))
-    return Path(_last_line(proc.stdout))
+    return run_setup(SETUP_SH, LlamaSetupError, "llama.cpp build", timeout)
 
 
 def ensure_model(python: str = sys.executable, timeout: float = 300.0) -> Path:
@@ -68,14 +57,8 @@ def ensure_model(python: str = sys.executable, timeout: float = 300.0) -> Path:
         [python, str(MAKE_MODEL)], capture_output=True, text=True, timeout=timeout
     )
     if proc.returncode != 0:
-        raise LlamaSetupError(f"cannot write the tiny GGUF: {_last_line(proc.stderr)}")
-    return Path(_last_line(proc.stdout))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        raise LlamaSetupError(f"cannot write the tiny GGUF: {last_line(proc.stderr)}")
+    return Path(last_line(proc.stdout))
 
 
 class LlamaServer:
@@ -123,13 +106,7 @@ class LlamaServer:
         self.log_path = Path(name)
         log = os.fdopen(fd, "wb")
         self._log = log
-        self._proc = subprocess.Popen(
-            self.command(binary, model),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=False,
-        )
+        self._proc = spawn(self.command(binary, model), log, start_new_session=False)
         try:
             self._wait_healthy()
         except BaseException:
@@ -178,12 +155,7 @@ class LlamaServer:
     def __enter__(self) -> LlamaServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -201,11 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"serving on {server.url} (metrics at {server.url}/metrics)", flush=True)
             while True:
                 time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
     except (LlamaSetupError, LlamaStartError) as exc:
         print(f"serve.py: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 0
 
 
 if __name__ == "__main__":

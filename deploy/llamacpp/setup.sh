@@ -10,6 +10,9 @@
 # Only the server target is built (about 5.5 minutes on 2 cores). On failure it prints one line
 # starting with "llama.cpp setup failed:" and exits non-zero (full output in $DIR.build.log).
 set -u -o pipefail
+WHAT="llama.cpp"
+# shellcheck source=../setup_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../setup_lib.sh"
 
 LLAMA_CPP_PYTHON_VERSION="0.3.36"
 
@@ -19,16 +22,7 @@ MARKER="$DIR/.headroom-llamacpp-ok"
 WANT="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION llama-server"
 LOG="$DIR.build.log"
 SERVER="$DIR/build/bin/llama-server"
-
-fail() {
-    echo "llama.cpp setup failed: $1 (log: $LOG)" >&2
-    exit 1
-}
-
-if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$WANT" && -x "$SERVER" ]]; then
-    echo "$SERVER"
-    exit 0
-fi
+exit_if_done "$SERVER"
 
 for tool in cmake ninja g++; do
     command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed"
@@ -70,5 +64,4 @@ cmake --build "$DIR/build" --target llama-server -j"${HEADROOM_LLAMACPP_JOBS:-2}
 [[ -x "$SERVER" ]] || fail "the build made no $SERVER"
 "$SERVER" --help 2>&1 | grep -q -- "--metrics" || fail "the built llama-server has no --metrics flag"
 
-echo "$WANT" >"$MARKER"
-echo "$SERVER"
+mark_done "$SERVER"

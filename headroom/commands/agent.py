@@ -20,20 +20,20 @@ _FLAG_FIELDS = (
 )  # fmt: skip
 
 
+HELP = "sample continuously; serve Prometheus metrics and the snapshot API"
+DESCRIPTION = f"""\
+Sample GPUs, engines and host every --interval seconds, diagnose each --window, and serve
+/metrics (Prometheus), /healthz (200 while sampling is fresh, else 503) and /api/v1/snapshot
+(the report JSON). Settings come from flags, then HEADROOM_* environment variables
+(HEADROOM_LISTEN, HEADROOM_VLLM=url1,url2, HEADROOM_INTERVAL, ...), then --config FILE (YAML
+or TOML), then defaults. Listens on 127.0.0.1:{DEFAULT_PORT}; give --listen
+0.0.0.0:{DEFAULT_PORT} to let other hosts scrape it, ideally with --web-config for TLS and
+basic auth.
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "agent",
-        help="sample continuously; serve Prometheus metrics and the snapshot API",
-        description=(
-            "Sample GPUs, engines and host every --interval seconds, diagnose each --window, "
-            "and serve /metrics (Prometheus), /healthz (200 while sampling is fresh, else 503) "
-            "and /api/v1/snapshot (the report JSON). Settings come from flags, then HEADROOM_* "
-            "environment variables (HEADROOM_LISTEN, HEADROOM_VLLM=url1,url2, HEADROOM_INTERVAL, "
-            "...), then --config FILE (YAML or TOML), then defaults. Listens on "
-            f"127.0.0.1:{DEFAULT_PORT}; give --listen 0.0.0.0:{DEFAULT_PORT} to let other "
-            "hosts scrape it, ideally with --web-config for TLS and basic auth."
-        ),
-    )
+    p = sub.add_parser("agent", help=HELP, description=DESCRIPTION)
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of agent settings")
     p.add_argument("--listen", metavar="HOST:PORT", help=f"default 127.0.0.1:{DEFAULT_PORT}")
     p.add_argument(

@@ -118,3 +118,16 @@ def build_diagnoser_from_args(args: argparse.Namespace) -> Any:
         gpu=args.gpu_model,
     )
     return Diagnoser(thresholds, caps, gpu_hour_price=gpu_hour_price(args))
+
+
+def add_raw_parser(
+    sub: argparse._SubParsersAction, name: str, help: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose description and epilog keep the line breaks they are written with."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )

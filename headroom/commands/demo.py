@@ -16,16 +16,16 @@ DEFAULT_SCENARIO = "starved"
 MAX_WINDOW_S = 60.0
 
 
+HELP = "watch a simulated serving box; press s to switch scenario"
+DESCRIPTION = """\
+Start the built-in simulator (a fake vLLM and a fake dcgm-exporter with load) and watch it.
+Press s for the next scenario or 1-9 to pick one, ? for help, q to quit. Nothing leaves this
+machine.
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="watch a simulated serving box; press s to switch scenario",
-        description=(
-            "Start the built-in simulator (a fake vLLM and a fake dcgm-exporter with "
-            "load) and watch it. Press s for the next scenario or 1-9 to pick one, ? for "
-            "help, q to quit. Nothing leaves this machine."
-        ),
-    )
+    p = sub.add_parser("demo", help=HELP, description=DESCRIPTION)
     p.add_argument("--scenario", default=DEFAULT_SCENARIO, help="scenario to start with")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
     p.add_argument(

@@ -8,7 +8,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from headroom.commands.common import add_price_flag, gpu_hour_price
+from headroom.commands.common import add_price_flag, add_raw_parser, gpu_hour_price
 from monitor.core.errors import ConfigError
 
 EPILOG = """\
@@ -58,18 +58,15 @@ def add_prometheus_flags(g: argparse._ActionsContainer, required: bool = False) 
     )
 
 
+HELP = "many hosts at once through Prometheus: each host's cause, ranked by wasted GPU"
+DESCRIPTION = """\
+Read the headroom agents' series from Prometheus and list one row per host, GPU
+and engine: cause, confidence, duty cycle, SM active, running/waiting and KV,
+hosts sorted by wasted GPU (GPUs x (1 - SM active))."""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "fleet",
-        help="many hosts at once through Prometheus: each host's cause, ranked by wasted GPU",
-        description=(
-            "Read the headroom agents' series from Prometheus and list one row per host, GPU\n"
-            "and engine: cause, confidence, duty cycle, SM active, running/waiting and KV,\n"
-            "hosts sorted by wasted GPU (GPUs x (1 - SM active))."
-        ),
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_raw_parser(sub, "fleet", HELP, DESCRIPTION, EPILOG)
     g = p.add_argument_group("fleet")
     add_prometheus_flags(g, required=True)
     g.add_argument(

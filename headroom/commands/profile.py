@@ -5,20 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 
+HELP = "run vLLM's torch profiler for a few seconds and summarise the trace"
+DESCRIPTION = """\
+POST /start_profile to a vLLM server, wait --seconds, POST /stop_profile, read the trace it
+writes (torch_profiler_dir, found from the local server's command line or --trace-dir) and
+print the top kernels (CPU ops on a CPU engine) by time, kernels per engine step, the median
+kernel duration and the share of a step with no kernel running. Or summarise a trace file
+you have (--trace FILE). vLLM must have been started with its profiler on; profiling slows
+the engine while it runs.
+"""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "profile",
-        help="run vLLM's torch profiler for a few seconds and summarise the trace",
-        description=(
-            "POST /start_profile to a vLLM server, wait --seconds, POST /stop_profile, read the "
-            "trace it writes (torch_profiler_dir, found from the local server's command line or "
-            "--trace-dir) and print the top kernels (CPU ops on a CPU engine) by time, kernels "
-            "per engine step, the median kernel duration and the share of a step with no kernel "
-            "running. Or summarise a trace file you have (--trace FILE). vLLM must have been "
-            "started with its profiler on; profiling slows the engine while it runs."
-        ),
-    )
+    p = sub.add_parser("profile", help=HELP, description=DESCRIPTION)
     p.add_argument("--vllm", metavar="URL", help="the vLLM server (base URL)")
     p.add_argument("--seconds", type=float, default=5.0, help="how long to profile (default 5)")
     p.add_argument("--trace-dir", metavar="DIR", help="where vLLM writes its traces")

@@ -7,18 +7,17 @@ import sys
 
 from monitor.core.errors import ConfigError, HeadroomError
 
+HELP = "run a simulated vLLM box (OpenAI API, /metrics, /gpu/metrics) with a built-in load"
+DESCRIPTION = """\
+A simulated LLM serving box: a vLLM-like engine on a simulated GPU, serving an
+OpenAI-compatible API, vLLM's /metrics and dcgm-exporter's /gpu/metrics. Each scenario is an
+engine setting plus a built-in load that produces one story; point `headroom watch` at it
+and watch the monitor explain it.
+"""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "sim",
-        help="run a simulated vLLM box (OpenAI API, /metrics, /gpu/metrics) with a built-in load",
-        description=(
-            "A simulated LLM serving box: a vLLM-like engine on a simulated GPU, serving an "
-            "OpenAI-compatible API, vLLM's /metrics and dcgm-exporter's /gpu/metrics. Each "
-            "scenario is an engine setting plus a built-in load that produces one story; "
-            "point `headroom watch` at it and watch the monitor explain it."
-        ),
-    )
+    p = sub.add_parser("sim", help=HELP, description=DESCRIPTION)
     # Spelled out here (not imported) so `headroom --help` never imports the simulator.
     p.add_argument(
         "--scenario",

@@ -15,16 +15,15 @@ from headroom.commands.common import (
 from monitor.core.errors import ConfigError, NoDataError
 from monitor.watch.report import error_line, render_text
 
+HELP = "one reading of GPUs, engines and host, with the diagnosis"
+DESCRIPTION = """\
+Sample every source for --window seconds, then print the window's figures and the diagnosis.
+Exits 1 only when no GPU or engine source produced data.
+"""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "snapshot",
-        help="one reading of GPUs, engines and host, with the diagnosis",
-        description=(
-            "Sample every source for --window seconds, then print the window's figures and "
-            "the diagnosis. Exits 1 only when no GPU or engine source produced data."
-        ),
-    )
+    p = sub.add_parser("snapshot", help=HELP, description=DESCRIPTION)
     add_source_flags(p)
     add_diagnosis_flags(p)
     p.add_argument("--window", type=float, default=2.0, help="seconds to sample (default 2)")

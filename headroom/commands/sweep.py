@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from headroom.commands.common import add_engine_flag, add_price_flag, gpu_hour_price
+from headroom.commands.common import add_engine_flag, add_price_flag, add_raw_parser, gpu_hour_price
 from headroom.commands.sweep_flags import read_list, read_numbers
 from monitor.core.errors import ConfigError
 
@@ -28,16 +28,16 @@ The API key is read from HEADROOM_API_KEY or OPENAI_API_KEY.
 """
 
 
+HELP = "step the load and find the saturation point, its cause, and goodput"
+DESCRIPTION = (
+    "Step the load on an OpenAI-compatible server (closed loop: concurrency; "
+    "open loop: request rates), watch the engine and GPUs at each step, and report the "
+    "saturation point, its cause, and the largest load that meets your SLOs."
+)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "sweep",
-        help="step the load and find the saturation point, its cause, and goodput",
-        description="Step the load on an OpenAI-compatible server (closed loop: concurrency; "
-        "open loop: request rates), watch the engine and GPUs at each step, and report the "
-        "saturation point, its cause, and the largest load that meets your SLOs.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_raw_parser(sub, "sweep", HELP, DESCRIPTION, EPILOG)
     p.add_argument("--target", help="the server's base URL (http://host:port); required "
                    "unless --from-results")  # fmt: skip
     p.add_argument("--model", help="model name (default: the first from /v1/models)")
@@ -204,6 +204,14 @@ def _traffic_checks(args: argparse.Namespace) -> None:
         raise ConfigError("--turns holds sessions in a closed loop: use --concurrency, not --rates")
 
 
+# Flags whose value goes unchanged into the SweepConfig field of the same name.
+_SWEEP_SAME_NAMED = (
+    "concurrency", "max_concurrency", "step_seconds", "warmup_seconds", "engine",
+    "dcgm_exporter", "workers", "external_workers", "master_bind", "master_port",
+    "error_threshold",
+)  # fmt: skip
+
+
 def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=None):
     from loadgen.analysis import parse_slo
     from loadgen.schema import SweepConfig, WorkerConfig
@@ -256,24 +264,14 @@ def config_from_args(args: argparse.Namespace, model: str, target: str, traffic=
         **extra,
     )
     return SweepConfig(
+        **{name: getattr(args, name) for name in _SWEEP_SAME_NAMED},
         worker=worker,
         mode=mode,
         adaptive=adaptive,
-        concurrency=args.concurrency,
         rates=rates,
-        max_concurrency=args.max_concurrency,
-        step_seconds=args.step_seconds,
-        warmup_seconds=args.warmup_seconds,
         sample_interval_s=args.sample_interval,
         vllm_metrics=metrics,
-        engine=args.engine,
-        dcgm_exporter=args.dcgm_exporter,
         slos=slos,
-        workers=args.workers,
-        external_workers=args.external_workers,
-        master_bind=args.master_bind,
-        master_port=args.master_port,
-        error_threshold=args.error_threshold,
         max_lag_s=args.max_lag,
         speeds=speeds,
         dataset_prompts=traffic.dataset_prompts if traffic is not None else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from headroom.commands.common import add_raw_parser
 from monitor.core.errors import ConfigError
 
 EPILOG = """\
@@ -26,18 +27,18 @@ SWEEP_FLAGS = ("model", "api", "max_concurrency", "step_seconds", "warmup_second
                "seed")  # fmt: skip
 
 
+HELP = "launch the engine, sweep it, change the knob the cause names, relaunch"
+DESCRIPTION = (
+    "Launch the engine from a command template, sweep it to its knee, take "
+    "the monitor's what-if for the knob the knee's cause names, relaunch with the "
+    "predicted value, and stop when the next change is predicted to gain under 5%, the "
+    "cause has no knob given, the SLO binds or a bound is reached. --grid runs every "
+    "combination instead (as vLLM's auto_tune), to compare."
+)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "tune",
-        help="launch the engine, sweep it, change the knob the cause names, relaunch",
-        description="Launch the engine from a command template, sweep it to its knee, take "
-        "the monitor's what-if for the knob the knee's cause names, relaunch with the "
-        "predicted value, and stop when the next change is predicted to gain under 5%, the "
-        "cause has no knob given, the SLO binds or a bound is reached. --grid runs every "
-        "combination instead (as vLLM's auto_tune), to compare.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_raw_parser(sub, "tune", HELP, DESCRIPTION, EPILOG)
     p.add_argument("--launch", required=True, metavar="CMD",
                    help="the engine's launch command, with {KNOB} placeholders (and {port})")  # fmt: skip
     p.add_argument("--target", required=True, metavar="URL",

@@ -15,17 +15,16 @@ from headroom.commands.common import (
 )
 from monitor.core.errors import ConfigError, NoDataError
 
+HELP = "live terminal UI: GPUs, engines, host and the diagnosis"
+DESCRIPTION = """\
+Watch GPUs, serving engines and the host, with the diagnosis in words. Samples in this
+process, or reads a running agent (--remote), or plays a recording (--replay). Press ? in
+the UI for the keys.
+"""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "watch",
-        help="live terminal UI: GPUs, engines, host and the diagnosis",
-        description=(
-            "Watch GPUs, serving engines and the host, with the diagnosis in words. Samples "
-            "in this process, or reads a running agent (--remote), or plays a recording "
-            "(--replay). Press ? in the UI for the keys."
-        ),
-    )
+    p = sub.add_parser("watch", help=HELP, description=DESCRIPTION)
     add_source_flags(p)
     add_diagnosis_flags(p)
     g = p.add_argument_group("watch")

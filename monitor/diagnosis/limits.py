@@ -91,13 +91,12 @@ class StepModel:
         return None
 
     def words(self) -> str | None:
-        parts = []
-        if self.compute is not None:
-            parts.append(f"tensor work {100 * self.compute:.0f}%")
-        if self.weights is not None:
-            parts.append(f"the weights' stream {100 * self.weights:.0f}%")
-        if self.kv is not None:
-            parts.append(f"KV reads {100 * self.kv:.0f}%")
+        shares = (
+            ("tensor work", self.compute),
+            ("the weights' stream", self.weights),
+            ("KV reads", self.kv),
+        )
+        parts = [f"{name} {100 * share:.0f}%" for name, share in shares if share is not None]
         return ", ".join(parts) + " of a step" if parts else None
 
 

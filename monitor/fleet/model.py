@@ -31,6 +31,15 @@ def _sum_known(values: Iterable[float | None]) -> float | None:
     return sum(known) if known else None
 
 
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _json(obj: object, names: Sequence[str]) -> dict[str, Any]:
+    """The JSON object of a fleet row: these attributes by their own names, in this order."""
+    return {name: getattr(obj, name) for name in names}
+
+
 @dataclass(frozen=True, slots=True)
 class FleetGpu:
     gpu: str
@@ -44,14 +53,7 @@ class FleetGpu:
         return None if self.sm_active is None else max(0.0, 1.0 - self.sm_active)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "gpu": self.gpu,
-            "model": self.model,
-            "util": self.util,
-            "sm_active": self.sm_active,
-            "wasted": self.wasted,
-            "power_watts": self.power_watts,
-        }
+        return _json(self, ("gpu", "model", "util", "sm_active", "wasted", "power_watts"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,18 +76,7 @@ class FleetEngine:
         return f"engine:{self.model_name}/{self.engine}@{self.url}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "model_name": self.model_name,
-            "engine": self.engine,
-            "running": self.running,
-            "waiting": self.waiting,
-            "kv_cache_usage": self.kv_cache_usage,
-            "headroom_factor": self.headroom_factor,
-            "first_limit": self.first_limit,
-            "energy_per_token_joules": self.energy_per_token_joules,
-            "spare_rps": self.spare_rps,
-        }
+        return _json(self, _field_names(FleetEngine))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +89,7 @@ class FleetVerdict:
     rank: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "cause": self.cause,
-            "scope": self.scope,
-            "confidence": self.confidence,
-            "rank": self.rank,
-        }
+        return _json(self, _field_names(FleetVerdict))
 
     def order_key(self) -> tuple[float, float, bool, str, str]:
         """The agent's order where it exported one; else the most confident first."""

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from monitor.core.errors import ConfigError
 from monitor.sources.samples import (
@@ -36,6 +36,7 @@ from monitor.sources.samples import (
 
 RECORDING_VERSION = 1
 _HEADER_KEY = "headroom_recording"
+T = TypeVar("T")
 
 
 def _num(v: float | None) -> float | str | None:
@@ -61,51 +62,55 @@ def _pairs(v: Any) -> tuple[tuple[str, str], ...]:
     return tuple((str(a), str(b)) for a, b in v)
 
 
+Convert = Callable[[Any], Any]
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _fields_to_dict(obj: Any, special: Mapping[str, Convert], other: Convert) -> dict[str, Any]:
+    """Every slot of a sample, each through its own converter or ``other``."""
+    return {name: special.get(name, other)(getattr(obj, name)) for name in type(obj).__slots__}
+
+
+def _fields_from_dict(
+    cls: type[T], d: Mapping[str, Any], special: Mapping[str, Convert], other: Convert
+) -> T:
+    """A sample from the slots ``d`` has (older recordings lack newer fields: their defaults)."""
+    return cls(**{n: special.get(n, other)(d[n]) for n in cls.__slots__ if n in d})
+
+
+def _optional(convert: Convert) -> Convert:
+    return lambda v: None if v is None else convert(v)
+
+
+_GPU_TO: dict[str, Convert] = {
+    "throttle_reasons": _optional(list),
+    "labels": lambda v: [list(p) for p in v],
+    "processes": _optional(lambda v: [{k: getattr(p, k) for k in GpuProcess.__slots__} for p in v]),
+}
+_GPU_FROM: dict[str, Convert] = {
+    "throttle_reasons": _optional(tuple),
+    "labels": _pairs,
+    "processes": _optional(
+        lambda v: tuple(
+            GpuProcess(**{k: x for k, x in p.items() if k in GpuProcess.__slots__}) for p in v
+        )
+    ),
+    # Text fields stay text; any other string is a float JSON cannot spell (+Inf, NaN).
+    **dict.fromkeys(("uuid", "name", "source", "energy_source"), _same),
+}
+
+
 def _gpu_to_dict(g: GpuSample) -> dict[str, Any]:
-    d: dict[str, Any] = {}
-    for name in GpuSample.__slots__:
-        value = getattr(g, name)
-        if name == "throttle_reasons":
-            d[name] = list(value) if value is not None else None
-        elif name == "labels":
-            d[name] = [list(p) for p in value]
-        elif name == "processes":
-            d[name] = (
-                None
-                if value is None
-                else [{k: getattr(p, k) for k in GpuProcess.__slots__} for p in value]
-            )
-        elif isinstance(value, float):
-            d[name] = _num(value)
-        else:
-            d[name] = value
-    return d
+    return _fields_to_dict(g, _GPU_TO, lambda v: _num(v) if isinstance(v, float) else v)
 
 
 def _gpu_from_dict(d: Mapping[str, Any]) -> GpuSample:
-    kw: dict[str, Any] = {}
-    for name in GpuSample.__slots__:
-        if name not in d:
-            continue
-        value = d[name]
-        if name == "throttle_reasons":
-            kw[name] = tuple(value) if value is not None else None
-        elif name == "labels":
-            kw[name] = _pairs(value)
-        elif name == "processes":
-            kw[name] = (
-                None
-                if value is None
-                else tuple(
-                    GpuProcess(**{k: v for k, v in p.items() if k in GpuProcess.__slots__})
-                    for p in value
-                )
-            )
-        elif isinstance(value, str) and name not in ("uuid", "name", "source", "energy_source"):
-            kw[name] = _float(value)
-        else:
-            kw[name] = value
-    return GpuSample(**kw)
+    return _fields_from_dict(
+        GpuSample, d, _GPU_FROM, lambda v: _float(v) if isinstance(v, str) else v
+    )
 
 
 def _hist_to_dict(h: Histogram) -> dict[str, Any]:
@@ -124,43 +129,29 @@ def _hist_from_dict(d: Mapping[str, Any]) -> Histogram:
     )
 
 
-_ENGINE_TEXT = ("url", "model_name", "engine", "flavour", "flavour_version", "reported_caps_origin")
+_ENGINE_TEXT = dict.fromkeys(
+    ("url", "model_name", "engine", "flavour", "flavour_version", "reported_caps_origin"), _same
+)
+_ENGINE_TO: dict[str, Convert] = {
+    "histograms": lambda v: [[k, _hist_to_dict(h)] for k, h in v],
+    "cache_config": lambda v: [list(p) for p in v],
+    "missing": lambda v: [[f, list(names)] for f, names in v],
+    **_ENGINE_TEXT,
+}
+_ENGINE_FROM: dict[str, Convert] = {
+    "histograms": lambda v: tuple((k, _hist_from_dict(h)) for k, h in v),
+    "cache_config": _pairs,
+    "missing": lambda v: tuple((str(f), tuple(str(n) for n in names)) for f, names in v),
+    **_ENGINE_TEXT,
+}
 
 
 def _engine_to_dict(e: EngineSample) -> dict[str, Any]:
-    d: dict[str, Any] = {}
-    for name in EngineSample.__slots__:
-        value = getattr(e, name)
-        if name == "histograms":
-            d[name] = [[k, _hist_to_dict(h)] for k, h in value]
-        elif name == "cache_config":
-            d[name] = [list(p) for p in value]
-        elif name == "missing":
-            d[name] = [[f, list(names)] for f, names in value]
-        elif name in _ENGINE_TEXT:
-            d[name] = value
-        else:
-            d[name] = _num(value)
-    return d
+    return _fields_to_dict(e, _ENGINE_TO, _num)
 
 
 def _engine_from_dict(d: Mapping[str, Any]) -> EngineSample:
-    kw: dict[str, Any] = {}
-    for name in EngineSample.__slots__:
-        if name not in d:
-            continue
-        value = d[name]
-        if name == "histograms":
-            kw[name] = tuple((k, _hist_from_dict(h)) for k, h in value)
-        elif name == "cache_config":
-            kw[name] = _pairs(value)
-        elif name == "missing":
-            kw[name] = tuple((str(f), tuple(str(n) for n in names)) for f, names in value)
-        elif name in _ENGINE_TEXT:
-            kw[name] = value
-        else:
-            kw[name] = _float(value)
-    return EngineSample(**kw)
+    return _fields_from_dict(EngineSample, d, _ENGINE_FROM, _float)
 
 
 def _host_to_dict(h: HostSample) -> dict[str, Any]:

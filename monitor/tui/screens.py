@@ -394,24 +394,13 @@ class GpuDetailScreen(DetailScreen):
         ):
             meter(text, label, g.get(key), width, s(self.index, key))
         power, clk = g.get("power_watts"), g.get("sm_clock_hz")
-        scaled_meter(
-            text,
-            "power",
-            power,
-            s(self.index, "power_watts"),
-            g.get("power_limit_watts"),
-            width,
-            value=f"{fmt.num(power, '.0f')} W",
-        )
-        scaled_meter(
-            text,
-            "clock",
-            clk,
-            s(self.index, "sm_clock_hz"),
-            g.get("sm_clock_max_hz"),
-            width,
-            value=f"{fmt.num(clk and clk / 1e6, '.0f')} MHz",
-        )
+        for label, key, top, value in (
+            ("power", "power_watts", "power_limit_watts", f"{fmt.num(power, '.0f')} W"),
+            ("clock", "sm_clock_hz", "sm_clock_max_hz", f"{fmt.num(clk and clk / 1e6, '.0f')} MHz"),
+        ):
+            scaled_meter(
+                text, label, g.get(key), s(self.index, key), g.get(top), width, value=value
+            )
         text.append("\n")
         text.append(gpu_facts(g) + "\n")
         _row(

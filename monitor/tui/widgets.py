@@ -109,6 +109,8 @@ class Panel(Widget, can_focus=True):
     DEFAULT_CSS = """
     Panel { height: auto; }
     """
+    # A panel whose title never changes names it here; the others set theirs as they draw.
+    TITLE: str | None = None
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -126,6 +128,10 @@ class Panel(Widget, can_focus=True):
         self._strips_key: tuple[int, Any] | None = None
         self._screen_strips: list[Strip] | None = None
         self._split: list[Text] = []  # the drawn text's own lines (before any wrapping)
+
+    def on_mount(self) -> None:
+        if self.TITLE is not None:
+            self.border_title = self.TITLE
 
     def update_view(self, view: View) -> None:
         self.view = view
@@ -321,8 +327,7 @@ def source_errors(text: Text, errors: Sequence[Report]) -> None:
 class DiagnosisPanel(Panel):
     """The verdicts in words: cause, confidence, since when, evidence and the first fix."""
 
-    def on_mount(self) -> None:
-        self.border_title = "Diagnosis"
+    TITLE = "Diagnosis"
 
     def draw(self, width: int) -> Text:
         text = Text()
@@ -392,6 +397,13 @@ class DiagnosisPanel(Panel):
         return text
 
 
+def no_reading() -> Text:
+    """What a GPU or engine panel shows on a tick that has no reading of it."""
+    text = Text()
+    text.append("no reading on this tick", style="dim")
+    return text
+
+
 class GpuPanel(Panel):
     """One GPU: duty cycle right above SM active, so the gap between them shows at a glance."""
 
@@ -401,12 +413,11 @@ class GpuPanel(Panel):
         self.key = index
 
     def draw(self, width: int) -> Text:
-        text = Text()
         g = self.view.gpu(self.index)
         if g is None:
-            text.append("no reading on this tick", style="dim")
-            return text
+            return no_reading()
         self.border_title = f"GPU {g['index']} · {g.get('name', '')} · {g.get('source', '')}"
+        text = Text()
         # Held as shown on the bars below: the gap in the border moves when they do (a new
         # border repaints the whole panel).
         util, sm = self.hold("util", g.get("util")), self.hold("sm_active", g.get("sm_active"))
@@ -465,11 +476,10 @@ class EnginePanel(Panel):
         self.key = key
 
     def draw(self, width: int) -> Text:
-        text = Text()
         e = self.view.engine(self.key)
         if e is None:
-            text.append("no reading on this tick", style="dim")
-            return text
+            return no_reading()
+        text = Text()
         e = self.steady.figures("engine", e)
         self.border_title = (
             f"{e.get('model_name') or '?'} · engine {e.get('engine') or '-'} · "
@@ -652,8 +662,7 @@ def littles_lines(e: Report, width: int, self_widens: bool = False) -> Text:
 
 
 class LittlePanel(Panel):
-    def on_mount(self) -> None:
-        self.border_title = "Little's law · capacity · roofline"
+    TITLE = "Little's law · capacity · roofline"
 
     def draw(self, width: int) -> Text:
         text = Text()
@@ -682,8 +691,7 @@ class LittlePanel(Panel):
 
 
 class HostPanel(Panel):
-    def on_mount(self) -> None:
-        self.border_title = "Host"
+    TITLE = "Host"
 
     def draw(self, width: int) -> Text:
         text = Text()

@@ -389,6 +389,12 @@ GPU_MEANS = (
     "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
     "nvlink_rx_bytes_per_s", "driver_util",
 )  # fmt: skip
+# What a GPU's window takes as its newest reading has it, field for field.
+GPU_FROM_LAST = (
+    "index", "uuid", "name", "source", "power_limit_watts", "sm_clock_max_hz",
+    "memory_used_bytes", "memory_total_bytes", "mig_parent", "mig_instance", "labels",
+    "energy_source",
+)  # fmt: skip
 ENGINE_MEANS = (
     "running", "waiting", "waiting_capacity", "waiting_deferred", "kv_cache_usage",
     "prefix_cache_hit_rate",
@@ -439,20 +445,9 @@ def gpu_stats(r: GpuReadings) -> GpuWindow:
     """A GPU's window: what its newest reading says, and its figures over the window."""
     last = r.last()
     return GpuWindow(
-        index=last.index,
-        uuid=last.uuid,
-        name=last.name,
-        source=last.source,
-        power_limit_watts=last.power_limit_watts,
-        sm_clock_max_hz=last.sm_clock_max_hz,
-        memory_used_bytes=last.memory_used_bytes,
-        memory_total_bytes=last.memory_total_bytes,
-        mig_parent=last.mig_parent,
-        mig_instance=last.mig_instance,
-        labels=last.labels,
+        **{name: getattr(last, name) for name in GPU_FROM_LAST},
         pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
         pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
-        energy_source=last.energy_source,
         energy_joules_total=last.energy_joules,
         util_max=r.util_max(),
         throttle_reasons=r.throttle_reasons(),
