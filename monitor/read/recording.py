@@ -22,17 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from monitor.core.errors import ConfigError
-from monitor.sources.samples import (
-    EngineSample,
-    GpuProcess,
-    GpuSample,
-    Histogram,
-    HostSample,
-    ProcessCpu,
-    Snapshot,
-    SourceError,
-    ThreadCpu,
-)
+from monitor.sources import samples
 
 RECORDING_VERSION = 1
 _HEADER_KEY = "headroom_recording"
@@ -88,14 +78,17 @@ def _optional(convert: Convert) -> Convert:
 _GPU_TO: dict[str, Convert] = {
     "throttle_reasons": _optional(list),
     "labels": lambda v: [list(p) for p in v],
-    "processes": _optional(lambda v: [{k: getattr(p, k) for k in GpuProcess.__slots__} for p in v]),
+    "processes": _optional(
+        lambda v: [{k: getattr(p, k) for k in samples.GpuProcess.__slots__} for p in v]
+    ),
 }
 _GPU_FROM: dict[str, Convert] = {
     "throttle_reasons": _optional(tuple),
     "labels": _pairs,
     "processes": _optional(
         lambda v: tuple(
-            GpuProcess(**{k: x for k, x in p.items() if k in GpuProcess.__slots__}) for p in v
+            samples.GpuProcess(**{k: x for k, x in p.items() if k in samples.GpuProcess.__slots__})
+            for p in v
         )
     ),
     # Text fields stay text; any other string is a float JSON cannot spell (+Inf, NaN).
@@ -103,17 +96,17 @@ _GPU_FROM: dict[str, Convert] = {
 }
 
 
-def _gpu_to_dict(g: GpuSample) -> dict[str, Any]:
+def _gpu_to_dict(g: samples.GpuSample) -> dict[str, Any]:
     return _fields_to_dict(g, _GPU_TO, lambda v: _num(v) if isinstance(v, float) else v)
 
 
-def _gpu_from_dict(d: Mapping[str, Any]) -> GpuSample:
+def _gpu_from_dict(d: Mapping[str, Any]) -> samples.GpuSample:
     return _fields_from_dict(
-        GpuSample, d, _GPU_FROM, lambda v: _float(v) if isinstance(v, str) else v
+        samples.GpuSample, d, _GPU_FROM, lambda v: _float(v) if isinstance(v, str) else v
     )
 
 
-def _hist_to_dict(h: Histogram) -> dict[str, Any]:
+def _hist_to_dict(h: samples.Histogram) -> dict[str, Any]:
     return {
         "buckets": [[_num(le), _num(c)] for le, c in h.buckets],
         "sum": _num(h.sum),
@@ -121,8 +114,8 @@ def _hist_to_dict(h: Histogram) -> dict[str, Any]:
     }
 
 
-def _hist_from_dict(d: Mapping[str, Any]) -> Histogram:
-    return Histogram(
+def _hist_from_dict(d: Mapping[str, Any]) -> samples.Histogram:
+    return samples.Histogram(
         buckets=tuple((_float(le), _float(c)) for le, c in d["buckets"]),
         sum=_float(d["sum"]),
         count=_float(d["count"]),
@@ -146,15 +139,15 @@ _ENGINE_FROM: dict[str, Convert] = {
 }
 
 
-def _engine_to_dict(e: EngineSample) -> dict[str, Any]:
+def _engine_to_dict(e: samples.EngineSample) -> dict[str, Any]:
     return _fields_to_dict(e, _ENGINE_TO, _num)
 
 
-def _engine_from_dict(d: Mapping[str, Any]) -> EngineSample:
-    return _fields_from_dict(EngineSample, d, _ENGINE_FROM, _float)
+def _engine_from_dict(d: Mapping[str, Any]) -> samples.EngineSample:
+    return _fields_from_dict(samples.EngineSample, d, _ENGINE_FROM, _float)
 
 
-def _host_to_dict(h: HostSample) -> dict[str, Any]:
+def _host_to_dict(h: samples.HostSample) -> dict[str, Any]:
     return {
         "cpu_count": h.cpu_count,
         "cpu_total_seconds": h.cpu_total_seconds,
@@ -174,8 +167,8 @@ def _host_to_dict(h: HostSample) -> dict[str, Any]:
     }
 
 
-def _host_from_dict(d: Mapping[str, Any]) -> HostSample:
-    return HostSample(
+def _host_from_dict(d: Mapping[str, Any]) -> samples.HostSample:
+    return samples.HostSample(
         cpu_count=d["cpu_count"],
         cpu_total_seconds=d["cpu_total_seconds"],
         cpu_idle_seconds=d["cpu_idle_seconds"],
@@ -183,18 +176,18 @@ def _host_from_dict(d: Mapping[str, Any]) -> HostSample:
         cpu_freq_mhz=d.get("cpu_freq_mhz"),
         cpu_freq_max_mhz=d.get("cpu_freq_max_mhz"),
         processes=tuple(
-            ProcessCpu(
+            samples.ProcessCpu(
                 pid=p["pid"],
                 name=p["name"],
                 cpu_seconds=p["cpu_seconds"],
-                threads=tuple(ThreadCpu(tid, name, cpu) for tid, name, cpu in p["threads"]),
+                threads=tuple(samples.ThreadCpu(tid, name, cpu) for tid, name, cpu in p["threads"]),
             )
             for p in d.get("processes", ())
         ),
     )
 
 
-def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
+def snapshot_to_dict(snap: samples.Snapshot) -> dict[str, Any]:
     """A JSON-able dict of one raw snapshot (see ``snapshot_from_dict``)."""
     return {
         "t": snap.t,
@@ -208,15 +201,15 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
     }
 
 
-def snapshot_from_dict(d: Mapping[str, Any]) -> Snapshot:
+def snapshot_from_dict(d: Mapping[str, Any]) -> samples.Snapshot:
     """The exact Snapshot that ``snapshot_to_dict`` wrote."""
-    return Snapshot(
+    return samples.Snapshot(
         t=d["t"],
         wall=d["wall"],
         gpus=tuple(_gpu_from_dict(g) for g in d.get("gpus", ())),
         engines=tuple(_engine_from_dict(e) for e in d.get("engines", ())),
         host=_host_from_dict(d["host"]) if d.get("host") is not None else None,
-        errors=tuple(SourceError(s, t, m) for s, t, m in d.get("errors", ())),
+        errors=tuple(samples.SourceError(s, t, m) for s, t, m in d.get("errors", ())),
         duration_s=d.get("duration_s", 0.0),
         load=tuple((str(k), _float(v)) for k, v in d.get("load", ())),
     )
@@ -224,7 +217,7 @@ def snapshot_from_dict(d: Mapping[str, Any]) -> Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class RecordedTick:
-    snapshot: Snapshot | None
+    snapshot: samples.Snapshot | None
     report: dict[str, Any] | None
 
 
@@ -271,7 +264,7 @@ class Recorder:
             self._fh.write(line + "\n")
             self._fh.flush()
 
-    def write(self, snapshot: Snapshot | None, report: Mapping[str, Any] | None) -> None:
+    def write(self, snapshot: samples.Snapshot | None, report: Mapping[str, Any] | None) -> None:
         self._write(
             {
                 "snapshot": snapshot_to_dict(snapshot) if snapshot is not None else None,

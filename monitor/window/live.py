@@ -23,14 +23,7 @@ from functools import reduce
 from operator import add
 from typing import Any, TypeVar
 
-from monitor.sources.samples import (
-    EngineSample,
-    GpuProcess,
-    GpuSample,
-    Histogram,
-    HostSample,
-    Snapshot,
-)
+from monitor.sources import samples
 from monitor.window.stats import (
     ENGINE_COUNTERS,
     ENGINE_MEANS,
@@ -193,10 +186,10 @@ class _HistogramDelta:
 
     def __init__(self) -> None:
         # (seq, bounds, histogram, whether it breaks the run: a restart or other buckets)
-        self.items: deque[tuple[int, tuple[float, ...], Histogram, bool]] = deque()
+        self.items: deque[tuple[int, tuple[float, ...], samples.Histogram, bool]] = deque()
         self.breaks = 0  # readings in the window, but the oldest, that break the run
 
-    def add(self, seq: int, h: Histogram | None) -> None:
+    def add(self, seq: int, h: samples.Histogram | None) -> None:
         if h is None:
             return
         bounds = bucket_bounds(h)
@@ -218,7 +211,7 @@ class _HistogramDelta:
             items[0] = (s, bounds, h, False)
             self.breaks -= 1
 
-    def value(self) -> Histogram | None:
+    def value(self) -> samples.Histogram | None:
         items = self.items
         if len(items) < 2:
             return None
@@ -288,7 +281,7 @@ class _GpuGroup(_Group):
         self.with_reasons = 0
         self.energy = _CounterIncrease()
 
-    def accumulate(self, seq: int, t: float, g: GpuSample) -> None:
+    def accumulate(self, seq: int, t: float, g: samples.GpuSample) -> None:
         for name, acc in self.means.items():
             acc.add(seq, getattr(g, name))
         self.util_max_.add(seq, g.util)
@@ -297,7 +290,7 @@ class _GpuGroup(_Group):
             self.with_reasons += 1
             self.reasons.update(set(g.throttle_reasons))
 
-    def drop(self, seq: int, g: GpuSample) -> None:
+    def drop(self, seq: int, g: samples.GpuSample) -> None:
         for acc in self.means.values():
             acc.evict(seq)
         self.util_max_.evict(seq)
@@ -308,7 +301,7 @@ class _GpuGroup(_Group):
             self.reasons += Counter()  # drop the reasons that no reading holds any more
 
     # GpuReadings, for monitor.window.stats.gpu_stats
-    def last(self) -> GpuSample:
+    def last(self) -> samples.GpuSample:
         return self.entries[-1][2]
 
     def count(self) -> int:
@@ -323,7 +316,7 @@ class _GpuGroup(_Group):
     def throttle_reasons(self) -> tuple[str, ...] | None:
         return tuple(sorted(self.reasons)) if self.with_reasons else None
 
-    def processes(self) -> tuple[GpuProcess, ...] | None:
+    def processes(self) -> tuple[samples.GpuProcess, ...] | None:
         # Read every few seconds, not every tick: the latest list still in the window.
         return next(
             (e[2].processes for e in reversed(self.entries) if e[2].processes is not None), None
@@ -352,7 +345,7 @@ class _EngineGroup(_Group):
         self.hists: dict[str, _HistogramDelta] = {}
         self.seq_cap_: tuple[int, float] | None = None
 
-    def accumulate(self, seq: int, t: float, e: EngineSample) -> None:
+    def accumulate(self, seq: int, t: float, e: samples.EngineSample) -> None:
         for name, acc in self.means.items():
             acc.add(seq, getattr(e, name))
         for (name, _), ext in self.extremes.items():
@@ -369,7 +362,7 @@ class _EngineGroup(_Group):
         if e.seq_cap_reported:
             self.seq_cap_ = (seq, e.seq_cap_reported)
 
-    def drop(self, seq: int, e: EngineSample) -> None:
+    def drop(self, seq: int, e: samples.EngineSample) -> None:
         for acc in self.means.values():
             acc.evict(seq)
         for ext in self.extremes.values():
@@ -388,7 +381,7 @@ class _EngineGroup(_Group):
             self.seq_cap_ = None  # the newest reported cap has left: none is left after it
 
     # EngineReadings, for monitor.window.stats.engine_stats
-    def last(self) -> EngineSample:
+    def last(self) -> samples.EngineSample:
         return self.entries[-1][2]
 
     def count(self) -> int:
@@ -410,8 +403,8 @@ class _EngineGroup(_Group):
     def increase(self, counter: str) -> float | None:
         return self.counters[counter].value()
 
-    def deltas(self) -> Mapping[str, Histogram]:
-        out: dict[str, Histogram] = {}
+    def deltas(self) -> Mapping[str, samples.Histogram]:
+        out: dict[str, samples.Histogram] = {}
         for name, _ in self.last().histograms:
             acc = self.hists.get(name)
             h = acc.value() if acc is not None else None
@@ -427,18 +420,18 @@ class _HostGroup(_Group):
     def reset(self) -> None:
         self.freq = _Sum()
 
-    def accumulate(self, seq: int, t: float, h: HostSample) -> None:
+    def accumulate(self, seq: int, t: float, h: samples.HostSample) -> None:
         self.freq.add(seq, h.cpu_freq_mhz)
 
-    def drop(self, seq: int, h: HostSample) -> None:
+    def drop(self, seq: int, h: samples.HostSample) -> None:
         self.freq.evict(seq)
 
     # HostReadings, for monitor.window.stats.host_stats: everything but the frequency's
     # mean comes from the first and last readings.
-    def first(self) -> HostSample:
+    def first(self) -> samples.HostSample:
         return self.entries[0][2]
 
-    def last(self) -> HostSample:
+    def last(self) -> samples.HostSample:
         return self.entries[-1][2]
 
     def elapsed(self) -> float:
@@ -490,7 +483,7 @@ class LiveWindow:
         self.seconds = seconds
         self.capacity = capacity  # the sampler ring's: nothing older than it holds
         self.reach: Reach = reach or {}  # the paced sources' (Sampler.reach)
-        self._snaps: deque[tuple[int, Snapshot]] = deque()
+        self._snaps: deque[tuple[int, samples.Snapshot]] = deque()
         self._seq = 0
         self._gpus: dict[GpuKey, _GpuGroup] = {}
         self._engines: dict[EngineKey, _EngineGroup] = {}
@@ -506,7 +499,7 @@ class LiveWindow:
         self._load.clear()
         self._load_sums.clear()
 
-    def rebuild(self, snapshots: Sequence[Snapshot], seconds: float | None = None) -> None:
+    def rebuild(self, snapshots: Sequence[samples.Snapshot], seconds: float | None = None) -> None:
         """Start again from these snapshots (the window's length changed, or a restart)."""
         if seconds is not None:
             self.seconds = seconds
@@ -515,10 +508,10 @@ class LiveWindow:
             self.push(snap)
 
     @property
-    def latest(self) -> Snapshot | None:
+    def latest(self) -> samples.Snapshot | None:
         return self._snaps[-1][1] if self._snaps else None
 
-    def push(self, snap: Snapshot) -> None:
+    def push(self, snap: samples.Snapshot) -> None:
         self._seq += 1
         seq = self._seq
         self._snaps.append((seq, snap))

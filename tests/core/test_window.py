@@ -6,15 +6,7 @@ import math
 
 import pytest
 
-from monitor.sources.samples import (
-    EngineSample,
-    GpuSample,
-    Histogram,
-    HostSample,
-    ProcessCpu,
-    Snapshot,
-    ThreadCpu,
-)
+from monitor.sources import samples
 from monitor.window.full import compute_window
 from monitor.window.stats import (
     TTFT,
@@ -25,21 +17,21 @@ from monitor.window.stats import (
 )
 
 
-def hist(counts: list[float], bounds: list[float], total: float) -> Histogram:
+def hist(counts: list[float], bounds: list[float], total: float) -> samples.Histogram:
     cum, acc = [], 0.0
     for c in counts:
         acc += c
         cum.append(acc)
-    return Histogram(tuple(zip(bounds, cum)), sum=total, count=acc)
+    return samples.Histogram(tuple(zip(bounds, cum)), sum=total, count=acc)
 
 
 BOUNDS = [0.1, 0.5, 1.0, math.inf]
 
 
 def engine(
-    t_requests: float, running: float, waiting: float, ttft: Histogram | None = None
-) -> EngineSample:
-    return EngineSample(
+    t_requests: float, running: float, waiting: float, ttft: samples.Histogram | None = None
+) -> samples.EngineSample:
+    return samples.EngineSample(
         url="http://127.0.0.1:8000/metrics",
         model_name="m",
         engine="0",
@@ -60,7 +52,7 @@ def test_counter_increase_survives_a_server_restart() -> None:
 
 def test_engine_rates_and_means_over_the_window() -> None:
     snaps = [
-        Snapshot(t=float(i), wall=1000.0 + i, engines=(engine(2.0 * i, 4, 8 if i else 0),))
+        samples.Snapshot(t=float(i), wall=1000.0 + i, engines=(engine(2.0 * i, 4, 8 if i else 0),))
         for i in range(6)
     ]
     w = compute_window(snaps)
@@ -76,7 +68,7 @@ def test_engine_rates_and_means_over_the_window() -> None:
 def test_restart_inside_window_gives_non_negative_rates() -> None:
     values = [100.0, 110.0, 2.0, 12.0]
     snaps = [
-        Snapshot(t=float(i), wall=float(i), engines=(engine(v, 1, 0),))
+        samples.Snapshot(t=float(i), wall=float(i), engines=(engine(v, 1, 0),))
         for i, v in enumerate(values)
     ]
     (e,) = compute_window(snaps).engines
@@ -89,7 +81,7 @@ def test_histogram_quantile_matches_prometheus_interpolation() -> None:
     assert histogram_quantile(0.5, h) == pytest.approx(0.1)
     # rank 95: 5 into the third bucket of 10 -> halfway from 0.5 to 1.0
     assert histogram_quantile(0.95, h) == pytest.approx(0.75)
-    assert histogram_quantile(0.5, Histogram((), 0, 0)) is None
+    assert histogram_quantile(0.5, samples.Histogram((), 0, 0)) is None
 
 
 def test_quantile_in_inf_bucket_returns_highest_finite_bound() -> None:
@@ -113,8 +105,8 @@ def test_ttft_percentiles_come_from_the_window_only() -> None:
     h0 = hist([1000, 0, 0, 0], BOUNDS, 10.0)
     h1 = hist([1000, 0, 20, 0], BOUNDS, 25.0)
     snaps = [
-        Snapshot(t=0.0, wall=0.0, engines=(engine(0, 1, 0, h0),)),
-        Snapshot(t=1.0, wall=1.0, engines=(engine(20, 1, 0, h1),)),
+        samples.Snapshot(t=0.0, wall=0.0, engines=(engine(0, 1, 0, h0),)),
+        samples.Snapshot(t=1.0, wall=1.0, engines=(engine(20, 1, 0, h1),)),
     ]
     (e,) = compute_window(snaps).engines
     assert 0.5 < e.ttft_p50_s <= 1.0  # not dragged down by the 1000 old fast requests
@@ -129,12 +121,14 @@ def test_share_of_steps_at_token_budget() -> None:
 
 
 def test_gpu_means_and_none_stays_none() -> None:
-    def g(util: float | None, sm: float | None) -> GpuSample:
-        return GpuSample(index=0, uuid="GPU-x", name="H200", source="nvml", util=util, sm_active=sm)
+    def g(util: float | None, sm: float | None) -> samples.GpuSample:
+        return samples.GpuSample(
+            index=0, uuid="GPU-x", name="H200", source="nvml", util=util, sm_active=sm
+        )
 
     snaps = [
-        Snapshot(t=0.0, wall=0.0, gpus=(g(1.0, None),)),
-        Snapshot(t=1.0, wall=1.0, gpus=(g(0.5, None),)),
+        samples.Snapshot(t=0.0, wall=0.0, gpus=(g(1.0, None),)),
+        samples.Snapshot(t=1.0, wall=1.0, gpus=(g(0.5, None),)),
     ]
     (gw,) = compute_window(snaps).gpus
     assert gw.util == pytest.approx(0.75)
@@ -144,26 +138,28 @@ def test_gpu_means_and_none_stays_none() -> None:
 
 
 def test_host_busiest_thread_and_engine_cores() -> None:
-    def host(t: float, busy: float) -> HostSample:
-        return HostSample(
+    def host(t: float, busy: float) -> samples.HostSample:
+        return samples.HostSample(
             cpu_count=2,
             cpu_total_seconds=2 * t,
             cpu_idle_seconds=2 * t - busy,
             cpu_steal_seconds=0.0,
             processes=(
-                ProcessCpu(
+                samples.ProcessCpu(
                     pid=10,
                     name="python",
                     cpu_seconds=busy,
                     threads=(
-                        ThreadCpu(10, "main", 0.1 * t),
-                        ThreadCpu(11, "EngineCore", busy - 0.1 * t),
+                        samples.ThreadCpu(10, "main", 0.1 * t),
+                        samples.ThreadCpu(11, "EngineCore", busy - 0.1 * t),
                     ),
                 ),
             ),
         )
 
-    snaps = [Snapshot(t=float(i), wall=float(i), host=host(float(i), 0.9 * i)) for i in range(5)]
+    snaps = [
+        samples.Snapshot(t=float(i), wall=float(i), host=host(float(i), 0.9 * i)) for i in range(5)
+    ]
     h = compute_window(snaps).host
     assert h is not None
     assert h.cpu_busy_ratio == pytest.approx(0.45)
@@ -174,7 +170,7 @@ def test_host_busiest_thread_and_engine_cores() -> None:
 
 def test_window_selects_interval() -> None:
     snaps = [
-        Snapshot(t=float(i), wall=float(i), engines=(engine(float(i * i), 1, 0),))
+        samples.Snapshot(t=float(i), wall=float(i), engines=(engine(float(i * i), 1, 0),))
         for i in range(10)
     ]
     w = compute_window(snaps, start=5.0, end=8.0)
@@ -188,7 +184,7 @@ def test_empty_window() -> None:
     assert w.samples == 0 and w.gpus == () and w.engines == () and w.host is None
 
 
-def _pairwise_delta(hists: list[Histogram | None]) -> Histogram | None:
+def _pairwise_delta(hists: list[samples.Histogram | None]) -> samples.Histogram | None:
     """histogram_delta by its definition: what each pair of readings added, summed (a
     count that fell: all of the newer; other buckets: what came before them dropped)."""
     present = [h for h in hists if h is not None]
@@ -205,7 +201,7 @@ def _pairwise_delta(hists: list[Histogram | None]) -> Histogram | None:
             acc[i] += c if whole else c - prev.buckets[i][1]
         total += cur.sum if whole else cur.sum - prev.sum
         count += cur.count if whole else cur.count - prev.count
-    return Histogram(buckets=tuple(zip(bounds, acc)), sum=total, count=count)
+    return samples.Histogram(buckets=tuple(zip(bounds, acc)), sum=total, count=count)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -214,7 +210,7 @@ def test_histogram_delta_adds_every_pair_through_restarts_and_new_buckets(seed: 
 
     rng = random.Random(seed)
     other = [0.05, 0.2, 1.0, math.inf]
-    readings: list[Histogram | None] = []
+    readings: list[samples.Histogram | None] = []
     counts, bounds, total = [0.0] * 4, BOUNDS, 0.0
     for _ in range(rng.randint(2, 14)):
         roll = rng.random()

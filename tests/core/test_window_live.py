@@ -19,19 +19,9 @@ import pytest
 
 from monitor.read.recording import read_recording
 from monitor.read.sampler import Sampler
+from monitor.sources import samples
 from monitor.sources.base import Reading
 from monitor.sources.paced import Paced
-from monitor.sources.samples import (
-    EngineSample,
-    GpuProcess,
-    GpuSample,
-    Histogram,
-    HostSample,
-    ProcessCpu,
-    Snapshot,
-    SourceError,
-    ThreadCpu,
-)
 from monitor.window.live import LiveWindow
 from monitor.window.stats import WindowStats
 
@@ -78,7 +68,7 @@ def _sampler(capacity: int, paced: dict[str, float] | None) -> Sampler:
 
 
 def reference(
-    ring: Sequence[Snapshot], seconds: float, paced: dict[str, float] | None = None
+    ring: Sequence[samples.Snapshot], seconds: float, paced: dict[str, float] | None = None
 ) -> WindowStats:
     """Sampler.window over the ring: the last ``seconds`` plus one baseline snapshot."""
     sampler = _sampler(len(ring) or 1, paced)
@@ -88,13 +78,13 @@ def reference(
 
 
 def check_replay(
-    snaps: Sequence[Snapshot],
+    snaps: Sequence[samples.Snapshot],
     seconds: float,
     capacity: int = 10_000,
     paced: dict[str, float] | None = None,
 ) -> int:
     live = LiveWindow(seconds, capacity=capacity, reach=_sampler(1, paced).reach)
-    ring: list[Snapshot] = []
+    ring: list[samples.Snapshot] = []
     for i, snap in enumerate(snaps):
         ring.append(snap)
         del ring[:-capacity]
@@ -107,27 +97,29 @@ BOUNDS = (0.01, 0.1, 1.0, math.inf)
 NEW_BOUNDS = (0.05, 0.5, 5.0, math.inf)
 
 
-def _hist(rng: random.Random, prev: Histogram | None, bounds: tuple[float, ...]) -> Histogram:
+def _hist(
+    rng: random.Random, prev: samples.Histogram | None, bounds: tuple[float, ...]
+) -> samples.Histogram:
     counts = [c for _, c in prev.buckets] if prev is not None else [0.0] * len(bounds)
     added = 0.0
     cum = []
     for c in counts:
         added += rng.randint(0, 3)
         cum.append(c + added)
-    return Histogram(
+    return samples.Histogram(
         tuple(zip(bounds, cum)),
         sum=(prev.sum if prev else 0.0) + added * rng.random() * 0.3,
         count=cum[-1],
     )
 
 
-def synthetic(n: int, seed: int) -> list[Snapshot]:
+def synthetic(n: int, seed: int) -> list[samples.Snapshot]:
     """Readings with everything the window must survive."""
     rng = random.Random(seed)
-    snaps: list[Snapshot] = []
+    snaps: list[samples.Snapshot] = []
     t = 1000.0
     counters: dict[str, float] = {}
-    hists: dict[tuple[str, str], Histogram] = {}
+    hists: dict[tuple[str, str], samples.Histogram] = {}
     bounds = BOUNDS
     cpu = [0.0, 0.0, 0.0]
     energy = [5e6, 0.0]
@@ -141,7 +133,7 @@ def synthetic(n: int, seed: int) -> list[Snapshot]:
             # is missing on a MIG instance's tick or two.
             energy[idx] = 0.0 if rng.random() < 0.01 else energy[idx] + rng.uniform(10, 70)
             gpus.append(
-                GpuSample(
+                samples.GpuSample(
                     index=idx,
                     uuid=f"GPU-{idx}",
                     name="H200",
@@ -155,7 +147,7 @@ def synthetic(n: int, seed: int) -> list[Snapshot]:
                     memory_used_bytes=rng.randint(0, 10**11),
                     # Process lists come every few ticks, not every tick; GPU 1 is a MIG
                     # instance of GPU 0.
-                    processes=(GpuProcess(pid=rng.randint(1, 9), sm_share=rng.random()),)
+                    processes=(samples.GpuProcess(pid=rng.randint(1, 9), sm_share=rng.random()),)
                     if rng.random() < 0.2
                     else None,
                     mig_parent=0 if idx == 1 else None,
@@ -191,7 +183,7 @@ def synthetic(n: int, seed: int) -> list[Snapshot]:
                 if rng.random() > 0.05:
                     hs.append((hname, h))
             engines.append(
-                EngineSample(
+                samples.EngineSample(
                     url="http://127.0.0.1:8000",
                     model_name=model,
                     engine="0",
@@ -207,9 +199,11 @@ def synthetic(n: int, seed: int) -> list[Snapshot]:
         cpu = [c + rng.random() for c in cpu]
         host = None
         if rng.random() > 0.1:
-            threads = tuple(ThreadCpu(100 + k, f"t{k}", cpu[k]) for k in range(2))
-            procs = (ProcessCpu(42, "vllm", cpu[2], threads),) if rng.random() > 0.05 else ()
-            host = HostSample(
+            threads = tuple(samples.ThreadCpu(100 + k, f"t{k}", cpu[k]) for k in range(2))
+            procs = (
+                (samples.ProcessCpu(42, "vllm", cpu[2], threads),) if rng.random() > 0.05 else ()
+            )
+            host = samples.HostSample(
                 cpu_count=2,
                 cpu_total_seconds=2 * t,
                 cpu_idle_seconds=t * rng.uniform(0.2, 0.9),
@@ -218,9 +212,9 @@ def synthetic(n: int, seed: int) -> list[Snapshot]:
                 processes=procs,
             )
         load = (("target_concurrency", float(rng.randint(1, 8))),) if rng.random() > 0.3 else ()
-        errors = (SourceError("vllm", "x", "timed out"),) if rng.random() < 0.05 else ()
+        errors = (samples.SourceError("vllm", "x", "timed out"),) if rng.random() < 0.05 else ()
         snaps.append(
-            Snapshot(
+            samples.Snapshot(
                 t=t,
                 wall=t + 1.7e9,
                 gpus=tuple(gpus),
@@ -278,11 +272,11 @@ def test_long_runs_do_not_drift() -> None:
     for i in range(3000):
         util = 0.0 if i > 2900 else rng.random()
         snaps.append(
-            Snapshot(
+            samples.Snapshot(
                 t=float(i),
                 wall=float(i),
                 gpus=(
-                    GpuSample(
+                    samples.GpuSample(
                         0, "GPU-0", "H200", "nvml", util=util, power_watts=rng.uniform(100, 700)
                     ),
                 ),

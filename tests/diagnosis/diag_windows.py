@@ -11,15 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.sources.samples import (
-    EngineSample,
-    GpuSample,
-    Histogram,
-    HostSample,
-    ProcessCpu,
-    Snapshot,
-    ThreadCpu,
-)
+from monitor.sources import samples
 from monitor.window.full import compute_window
 from monitor.window.stats import E2E, ITERATION_TOKENS, PREFILL, QUEUE, TTFT, WindowStats
 
@@ -52,8 +44,8 @@ class HistAcc:
         self.total += value * count
         self.n += count
 
-    def freeze(self) -> Histogram:
-        return Histogram(tuple(zip(self.bounds, self.counts)), self.total, self.n)
+    def freeze(self) -> samples.Histogram:
+        return samples.Histogram(tuple(zip(self.bounds, self.counts)), self.total, self.n)
 
 
 def gpu(
@@ -69,8 +61,8 @@ def gpu(
     pcie_tx: float | None = None,
     link: tuple[int, int] | None = None,  # (PCIe generation, lanes)
     driver_util: float | None = None,
-) -> GpuSample:
-    return GpuSample(
+) -> samples.GpuSample:
+    return samples.GpuSample(
         index=index,
         uuid=f"GPU-{index}",
         name=name,
@@ -110,7 +102,7 @@ def engine_samples(
     bytes_per_s: float | None = None,
     url: str = "http://127.0.0.1:8000/metrics",
     reported_seqs: int | None = None,
-) -> list[EngineSample]:
+) -> list[samples.EngineSample]:
     e2e, queue, iters = HistAcc(E2E_BOUNDS), HistAcc(E2E_BOUNDS), HistAcc(ITER_BOUNDS)
     ttft, prefill = HistAcc(E2E_BOUNDS), HistAcc(E2E_BOUNDS)
     out = []
@@ -145,7 +137,7 @@ def engine_samples(
         if steps_per_s is not None:
             hists.append((ITERATION_TOKENS, iters.freeze()))
         out.append(
-            EngineSample(
+            samples.EngineSample(
                 url=url,
                 model_name="m",
                 engine="0",
@@ -175,23 +167,23 @@ def host_samples(
     busy: float = 0.3,
     cpu_count: int = 16,
     thread_name: str = "EngineCore_0",
-) -> list[HostSample]:
+) -> list[samples.HostSample]:
     out = []
     for i in range(n):
         t = i * dt
         out.append(
-            HostSample(
+            samples.HostSample(
                 cpu_count=cpu_count,
                 cpu_total_seconds=cpu_count * t,
                 cpu_idle_seconds=cpu_count * t * (1 - busy),
                 processes=(
-                    ProcessCpu(
+                    samples.ProcessCpu(
                         pid=100,
                         name="vllm",
                         cpu_seconds=(thread + 0.1) * t,
                         threads=(
-                            ThreadCpu(101, thread_name, thread * t),
-                            ThreadCpu(102, "api", 0.1 * t),
+                            samples.ThreadCpu(101, thread_name, thread * t),
+                            samples.ThreadCpu(102, "api", 0.1 * t),
                         ),
                     ),
                 ),
@@ -204,7 +196,7 @@ def make_window(
     n: int = 6,
     dt: float = 1.0,
     *,
-    gpus: Sequence[GpuSample] | Sequence[Sequence[GpuSample]] | None = None,
+    gpus: Sequence[samples.GpuSample] | Sequence[Sequence[samples.GpuSample]] | None = None,
     engine: Mapping[str, Any] | None = None,
     host: Mapping[str, Any] | None = None,
     load: Mapping[str, float] | None = None,
@@ -216,13 +208,13 @@ def make_window(
     snaps = []
     for i in range(n):
         if not gpus:
-            g: tuple[GpuSample, ...] = ()
-        elif isinstance(gpus[0], GpuSample):
+            g: tuple[samples.GpuSample, ...] = ()
+        elif isinstance(gpus[0], samples.GpuSample):
             g = tuple(gpus)  # type: ignore[arg-type]
         else:
             g = tuple(gpus[i])  # type: ignore[arg-type]
         snaps.append(
-            Snapshot(
+            samples.Snapshot(
                 t=100.0 + i * dt,
                 wall=wall0 + i * dt,
                 gpus=g,
@@ -245,7 +237,7 @@ LIGHT = dict(running=10, rps=1.0, e2e_s=10.0, queue_s=0.0)
 KV_READS = dict(gen_tps=300.0, flops_per_s=2 * 8e9 * 300, bytes_per_s=16e9 * 30 / 0.7)
 
 
-def story_a_window(gpu: GpuSample = LIGHT_GPU, **engine: Any) -> WindowStats:
+def story_a_window(gpu: samples.GpuSample = LIGHT_GPU, **engine: Any) -> WindowStats:
     """Story A over 20 s of window (Little's law is judged over at least one request
     lifetime): steps of 10 tokens, 30 a second, with their KV reads; ``engine`` adds to it."""
     steps = dict(steps_per_s=30, tokens_per_step=10, **KV_READS)

@@ -8,16 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monitor.sources.samples import (
-    EngineSample,
-    GpuSample,
-    Histogram,
-    HostSample,
-    ProcessCpu,
-    Snapshot,
-    SourceError,
-    ThreadCpu,
-)
+from monitor.sources import samples
 
 LAT_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, float("inf"))
 URL = "http://127.0.0.1:8000/metrics"
@@ -46,20 +37,20 @@ STORIES = {
 }
 
 
-def _hist(value: float, count: float) -> Histogram:
+def _hist(value: float, count: float) -> samples.Histogram:
     buckets = tuple((le, count if value <= le else 0.0) for le in LAT_BOUNDS)
-    return Histogram(buckets=buckets, sum=value * count, count=count)
+    return samples.Histogram(buckets=buckets, sum=value * count, count=count)
 
 
 def snapshots(
-    story: str, n: int = 12, start: int = 0, errors: tuple[SourceError, ...] = ()
-) -> list[Snapshot]:
+    story: str, n: int = 12, start: int = 0, errors: tuple[samples.SourceError, ...] = ()
+) -> list[samples.Snapshot]:
     s = STORIES[story]
     out = []
     for i in range(start, start + n):
         t = 100.0 + i
         done = s.req_per_s * i
-        gpu = GpuSample(
+        gpu = samples.GpuSample(
             index=0,
             uuid="GPU-0000",
             name="NVIDIA H200",
@@ -77,7 +68,7 @@ def snapshots(
             memory_used_bytes=120 * 2**30,
             memory_total_bytes=141 * 2**30,
         )
-        eng = EngineSample(
+        eng = samples.EngineSample(
             url=URL,
             model_name="llama-8b",
             engine="0",
@@ -96,25 +87,25 @@ def snapshots(
                 ("time_to_first_token_seconds", _hist(0.2, done)),
             ),
         )
-        host = HostSample(
+        host = samples.HostSample(
             cpu_count=16,
             cpu_total_seconds=16.0 * i,
             cpu_idle_seconds=16.0 * i * 0.8,
             cpu_steal_seconds=0.0,
             processes=(
-                ProcessCpu(
+                samples.ProcessCpu(
                     pid=4242,
                     name="vllm",
                     cpu_seconds=(s.engine_thread + 0.3) * i,
                     threads=(
-                        ThreadCpu(4243, "EngineCore", s.engine_thread * i),
-                        ThreadCpu(4244, "api", 0.3 * i),
+                        samples.ThreadCpu(4243, "EngineCore", s.engine_thread * i),
+                        samples.ThreadCpu(4244, "api", 0.3 * i),
                     ),
                 ),
             ),
         )
         out.append(
-            Snapshot(
+            samples.Snapshot(
                 t=t,
                 wall=WALL0 + i,
                 gpus=(gpu,),
