@@ -15,14 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from monitor.core.errors import ConfigError, EndpointError
+from monitor.sources import promtext
 from monitor.sources.base import Reading
-from monitor.sources.promtext import (
-    Scraper,
-    display_url,
-    expand_names,
-    metrics_url,
-    parse,
-)
 from monitor.sources.samples import GpuSample, SourceError
 
 log = logging.getLogger(__name__)
@@ -99,7 +93,7 @@ FIELDS: tuple[Field, ...] = (
     Field("_fb_total", ("DCGM_FI_DEV_FB_TOTAL",)),
 )
 
-_NAMES = expand_names(n for f in FIELDS for n in f.names)
+_NAMES = promtext.expand_names(n for f in FIELDS for n in f.names)
 
 # Labels that become GpuSample fields rather than extra labels.
 _MAPPED_LABELS = frozenset(("gpu", "UUID", "uuid", "modelName", "GPU_I_ID"))
@@ -122,8 +116,8 @@ def gpus_from_text(text: str, url: str) -> tuple[tuple[GpuSample, ...], int]:
     Raises EndpointError when the page is not dcgm-exporter's or carries no
     field headroom reads.
     """
-    exposition = parse(text, _NAMES)
-    shown = display_url(url)
+    exposition = promtext.parse(text, _NAMES)
+    shown = promtext.display_url(url)
     if not exposition.samples:
         if "DCGM_FI_" in text:
             wanted = "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
@@ -218,13 +212,13 @@ class DcgmExporterSource:
     def __init__(self, url: str, timeout: float = 2.0) -> None:
         if not timeout > 0:
             raise ConfigError(f"HTTP timeout must be positive, not {timeout!r}")
-        self.url = metrics_url(url, "dcgm-exporter")
+        self.url = promtext.metrics_url(url, "dcgm-exporter")
         self.timeout = float(timeout)
-        self._scraper = Scraper(self.url, self.timeout)
+        self._scraper = promtext.Scraper(self.url, self.timeout)
         self.notes: tuple[str, ...] = ()
 
     def _error(self, message: str) -> Reading:
-        return Reading(errors=(SourceError(self.name, display_url(self.url), message),))
+        return Reading(errors=(SourceError(self.name, promtext.display_url(self.url), message),))
 
     def read(self) -> Reading:
         try:
@@ -233,11 +227,13 @@ class DcgmExporterSource:
         except EndpointError as exc:
             return self._error(str(exc))
         except Exception as exc:  # a bug must cost one reading, not the sampler
-            log.warning("parsing %s failed", display_url(self.url), exc_info=True)
-            return self._error(f"cannot read {display_url(self.url)}: {type(exc).__name__}: {exc}")
+            log.warning("parsing %s failed", promtext.display_url(self.url), exc_info=True)
+            return self._error(
+                f"cannot read {promtext.display_url(self.url)}: {type(exc).__name__}: {exc}"
+            )
         errors: tuple[SourceError, ...] = ()
         if skipped:
-            shown = display_url(self.url)
+            shown = promtext.display_url(self.url)
             errors = (
                 SourceError(self.name, shown, f"{shown}: skipped {skipped} malformed line(s)"),
             )
@@ -261,7 +257,7 @@ def gpu_page_beside(engine_url: str, timeout: float = 2.0) -> str | None:
     if not parts.hostname:
         return None
     url = f"{parts.scheme}://{parts.netloc}{GPU_PAGE_PATH}"
-    scraper = Scraper(url, timeout)
+    scraper = promtext.Scraper(url, timeout)
     try:
         gpus, _ = gpus_from_text(scraper.get(), url)
     except Exception:  # any failure means: no GPU page here

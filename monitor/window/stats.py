@@ -21,15 +21,7 @@ from dataclasses import dataclass, fields
 from operator import itemgetter
 from typing import Any, Protocol
 
-from monitor.sources.samples import (
-    EngineSample,
-    GpuProcess,
-    GpuSample,
-    Histogram,
-    HostSample,
-    Snapshot,
-    SourceError,
-)
+from monitor.sources import samples
 
 # Canonical histogram names (see monitor.sources.metric_names).
 TTFT = "time_to_first_token_seconds"
@@ -60,11 +52,11 @@ def counter_increase(values: Sequence[float | None]) -> float | None:
     return total
 
 
-def bucket_bounds(h: Histogram) -> tuple[float, ...]:
+def bucket_bounds(h: samples.Histogram) -> tuple[float, ...]:
     return tuple(map(itemgetter(0), h.buckets))
 
 
-def histogram_delta(hists: Sequence[Histogram | None]) -> Histogram | None:
+def histogram_delta(hists: Sequence[samples.Histogram | None]) -> samples.Histogram | None:
     """Observations added over consecutive readings of a cumulative histogram.
 
     Between two readings the buckets can only grow, unless the server restarted: its
@@ -83,7 +75,7 @@ def histogram_delta(hists: Sequence[Histogram | None]) -> Histogram | None:
         if bucket_bounds(present[i]) != bounds:
             start, base = i + 1, None
             break
-    runs: list[tuple[Histogram | None, Histogram]] = []
+    runs: list[tuple[samples.Histogram | None, samples.Histogram]] = []
     end = present[start]
     for cur in present[start + 1 :]:
         if cur.count < end.count:  # a restart: the run so far ends at the reading before it
@@ -99,17 +91,21 @@ def histogram_delta(hists: Sequence[Histogram | None]) -> Histogram | None:
         acc = [a + m for a, m in zip(acc, more)]
         total_sum += more_sum
         total_count += more_count
-    return Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
+    return samples.Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
 
 
-def run_delta(bounds: tuple[float, ...], base: Histogram | None, end: Histogram) -> Histogram:
+def run_delta(
+    bounds: tuple[float, ...], base: samples.Histogram | None, end: samples.Histogram
+) -> samples.Histogram:
     """What a run of readings with ``bounds`` and no restart added: its last reading less
     its first (``base``; None where the run began with a restart, and counts whole)."""
     acc, total_sum, total_count = _run(base, end)
-    return Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
+    return samples.Histogram(buckets=tuple(zip(bounds, acc)), sum=total_sum, count=total_count)
 
 
-def _run(base: Histogram | None, end: Histogram) -> tuple[list[float], float, float]:
+def _run(
+    base: samples.Histogram | None, end: samples.Histogram
+) -> tuple[list[float], float, float]:
     if base is None:
         return [c for _, c in end.buckets], end.sum, end.count
     return (
@@ -119,7 +115,7 @@ def _run(base: Histogram | None, end: Histogram) -> tuple[list[float], float, fl
     )
 
 
-def histogram_quantile(q: float, hist: Histogram | None) -> float | None:
+def histogram_quantile(q: float, hist: samples.Histogram | None) -> float | None:
     """Prometheus's ``histogram_quantile``: linear within the bucket holding the rank."""
     if hist is None or hist.count <= 0 or not hist.buckets:
         return None
@@ -136,13 +132,13 @@ def histogram_quantile(q: float, hist: Histogram | None) -> float | None:
     return lower_bound
 
 
-def histogram_mean(hist: Histogram | None) -> float | None:
+def histogram_mean(hist: samples.Histogram | None) -> float | None:
     if hist is None or hist.count <= 0:
         return None
     return hist.sum / hist.count
 
 
-def histogram_share_at_least(hist: Histogram | None, threshold: float) -> float | None:
+def histogram_share_at_least(hist: samples.Histogram | None, threshold: float) -> float | None:
     """Share of observations in buckets whose lower bound is >= ``threshold``.
 
     Used for the token budget: the share of engine steps that filled it.
@@ -192,7 +188,7 @@ class GpuWindow:
     driver_util: float | None = None
     mig_instance: int | None = None
     # The latest process list read in the window (None: not read).
-    processes: tuple[GpuProcess, ...] | None = None
+    processes: tuple[samples.GpuProcess, ...] | None = None
     # Energy over the window (the increase of the source's counter, across resets), where it
     # comes from ("counter" or "power": see GpuSample), and the counter's newest value.
     energy_joules: float | None = None
@@ -268,7 +264,7 @@ class EngineWindow:
     running_series: tuple[float, ...]
     waiting_series: tuple[float, ...]
     # Histogram deltas over the window, by canonical name.
-    histograms: tuple[tuple[str, Histogram], ...]
+    histograms: tuple[tuple[str, samples.Histogram], ...]
     cache_config: tuple[tuple[str, str], ...]
     # The caps the engine reported itself, as of the newest sample (None: not asked or not told).
     reported_max_num_seqs: int | None = None
@@ -280,7 +276,7 @@ class EngineWindow:
     # The sequence cap the engine reports, its latest reading (None: not exported).
     seq_cap_reported: float | None = None
 
-    def histogram(self, name: str) -> Histogram | None:
+    def histogram(self, name: str) -> samples.Histogram | None:
         for key, hist in self.histograms:
             if key == name:
                 return hist
@@ -335,7 +331,7 @@ class WindowStats:
     gpus: tuple[GpuWindow, ...]
     engines: tuple[EngineWindow, ...]
     host: HostWindow | None
-    errors: tuple[SourceError, ...]  # those of the latest tick
+    errors: tuple[samples.SourceError, ...]  # those of the latest tick
     load: tuple[tuple[str, float], ...]  # means of the load generator's figures
     # The engine thread's latest Python profile (monitor.profiling.stacks.CpuProfile), set
     # by whoever took it (snapshot --profile, the auto-profiler); never computed here.
@@ -375,11 +371,11 @@ def host_reach(reach: Reach) -> float:
     return reach.get(HOST_SOURCE, 0.0)
 
 
-def gpu_key(g: GpuSample) -> GpuKey:
+def gpu_key(g: samples.GpuSample) -> GpuKey:
     return (g.source, g.uuid, g.index)
 
 
-def engine_key(e: EngineSample) -> EngineKey:
+def engine_key(e: samples.EngineSample) -> EngineKey:
     return (e.url, e.model_name, e.engine)
 
 
@@ -407,20 +403,20 @@ ENGINE_COUNTERS = (*RATES.values(), "prefix_cache_hits_total", "prefix_cache_que
 class GpuReadings(Protocol):
     """What a window holds of one GPU, however it keeps it."""
 
-    def last(self) -> GpuSample: ...
+    def last(self) -> samples.GpuSample: ...
     def count(self) -> int: ...
     def mean(self, field: str) -> float | None: ...  # a GPU_MEANS field
     def util_max(self) -> float | None: ...
     # Every reason any reading gave, sorted (None: no reading said).
     def throttle_reasons(self) -> tuple[str, ...] | None: ...
-    def processes(self) -> tuple[GpuProcess, ...] | None: ...  # the latest list read
+    def processes(self) -> tuple[samples.GpuProcess, ...] | None: ...  # the latest list read
     def energy_increase(self) -> float | None: ...
 
 
 class EngineReadings(Protocol):
     """What a window holds of one engine, however it keeps it."""
 
-    def last(self) -> EngineSample: ...
+    def last(self) -> samples.EngineSample: ...
     def count(self) -> int: ...
     def elapsed(self) -> float: ...  # from its first reading to its last
     def mean(self, field: str) -> float | None: ...  # an ENGINE_MEANS field
@@ -428,15 +424,15 @@ class EngineReadings(Protocol):
     def series(self, field: str) -> tuple[float, ...]: ...  # running or waiting, present
     def increase(self, counter: str) -> float | None: ...  # an ENGINE_COUNTERS counter
     # The histograms' deltas over the window, those of the newest reading's names.
-    def deltas(self) -> Mapping[str, Histogram]: ...
+    def deltas(self) -> Mapping[str, samples.Histogram]: ...
     def seq_cap(self) -> float | None: ...  # the newest cap the engine reported
 
 
 class HostReadings(Protocol):
     """What a window holds of the host: its first and last readings, and the frequency."""
 
-    def first(self) -> HostSample: ...
-    def last(self) -> HostSample: ...
+    def first(self) -> samples.HostSample: ...
+    def last(self) -> samples.HostSample: ...
     def elapsed(self) -> float: ...
     def freq_mean(self) -> float | None: ...
 
@@ -577,8 +573,8 @@ def empty_stats(t: float = 0.0) -> WindowStats:
 
 
 def window_stats(
-    first: Snapshot,
-    last: Snapshot,
+    first: samples.Snapshot,
+    last: samples.Snapshot,
     count: int,
     gpus: Mapping[GpuKey, GpuReadings],
     engines: Iterable[EngineReadings],
