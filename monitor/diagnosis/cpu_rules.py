@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.idle_rules import engine_idle
@@ -112,45 +113,49 @@ def _cpu_bound_engine(ctx: Context, e: EngineWindow) -> Verdict | None:
             ("gpu",),
         )
     fix = _cpu_fix(busy, thread, gap_ms)
+
+    def verdict(confidence: float, summary: str, missing: Sequence[str] = ()) -> Verdict:
+        return make_verdict("cpu-bound", confidence, scope, evidence, fix, summary, missing)
+
     if thread_hot:
         who = f"the engine's busiest thread ({name}) uses {pct(thread or 0)} of a core"
-        return make_verdict(
-            "cpu-bound", 0.85, scope, evidence, fix,
+        return verdict(
+            0.85,
             f"CPU in the path: the GPU is busy {pct(busy)} of the time while {who}.",
-        )  # fmt: skip
+        )
     if serial:
-        return make_verdict(
-            "cpu-bound", 0.8, scope, evidence, fix,
+        return verdict(
+            0.8,
             f"CPU in the path: the GPU is busy {pct(busy)} of the time and the engine's busiest "
             f"thread ({name}) {pct(thread or 0)}: they take turns, each step waits on the CPU.",
-        )  # fmt: skip
+        )
     if host_hot and gaps:
-        return make_verdict(
-            "cpu-bound", 0.7, scope, evidence, fix,
+        return verdict(
+            0.7,
             f"CPU in the path: the GPU is busy only {pct(busy)} of the time while requests run "
             f"and the host CPU is {pct(host_busy or 0)} busy.",
-        )  # fmt: skip
+        )
     if host_hot:
         # A saturated host on its own (a shared or small box) proves nothing about the loop.
-        return make_verdict(
-            "cpu-bound", 0.45, scope, evidence, fix,
+        return verdict(
+            0.45,
             f"Possibly CPU in the path: the host CPU is {pct(host_busy or 0)} busy and the GPU "
             f"{pct(busy)}, but neither the engine thread nor gaps between steps show it.",
-        )  # fmt: skip
+        )
     gap_text = f" ({num(gap_ms)} ms between steps)" if gap_ms is not None else ""
     if host is None:
-        return make_verdict(
-            "cpu-bound", 0.6, scope, evidence, fix,
+        return verdict(
+            0.6,
             f"CPU in the path (inferred): requests ran throughout yet the GPU was busy only "
             f"{pct(busy)} of the time{gap_text}; no host data to confirm it is the engine's CPU.",
             ("host",),
-        )  # fmt: skip
-    return make_verdict(
-        "cpu-bound", 0.55, scope, evidence, fix,
+        )
+    return verdict(
+        0.55,
         f"Host work in the path (inferred): requests ran throughout yet the GPU was busy only "
         f"{pct(busy)} of the time{gap_text}, though the busiest engine thread uses only "
         f"{pct(thread or 0)} of a core: look at other threads, processes or I/O in the loop.",
-    )  # fmt: skip
+    )
 
 
 def _cpu_bound_box(ctx: Context) -> Verdict | None:
