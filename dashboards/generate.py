@@ -166,6 +166,20 @@ def cause_timeline(
     }
 
 
+def vllm_quantiles(title: str, histogram: str) -> dict[str, Any]:
+    """p50, p95 and p99 of one vLLM histogram, from the recording rules' one-minute quantiles."""
+    return timeseries(
+        title,
+        targets(
+            *(
+                (f"model:vllm_{histogram}:{q}_1m{{{M}}}", f"{{{{model_name}}}} {q}")
+                for q in ("p50", "p95", "p99")
+            )
+        ),
+        unit="s",
+    )
+
+
 def query_var(name: str, label: str, query: str, include_all: bool = True) -> dict[str, Any]:
     return {
         "type": "query",
@@ -419,30 +433,8 @@ def overview() -> dict[str, Any]:
         ),
         w=8,
     )
-    lay.add(
-        timeseries(
-            "Time to first token",
-            targets(
-                (f"model:vllm_time_to_first_token_seconds:p50_1m{{{M}}}", "{{model_name}} p50"),
-                (f"model:vllm_time_to_first_token_seconds:p95_1m{{{M}}}", "{{model_name}} p95"),
-                (f"model:vllm_time_to_first_token_seconds:p99_1m{{{M}}}", "{{model_name}} p99"),
-            ),
-            unit="s",
-        ),
-        w=8,
-    )
-    lay.add(
-        timeseries(
-            "Inter-token latency",
-            targets(
-                (f"model:vllm_inter_token_latency_seconds:p50_1m{{{M}}}", "{{model_name}} p50"),
-                (f"model:vllm_inter_token_latency_seconds:p95_1m{{{M}}}", "{{model_name}} p95"),
-                (f"model:vllm_inter_token_latency_seconds:p99_1m{{{M}}}", "{{model_name}} p99"),
-            ),
-            unit="s",
-        ),
-        w=8,
-    )
+    lay.add(vllm_quantiles("Time to first token", "time_to_first_token_seconds"), w=8)
+    lay.add(vllm_quantiles("Inter-token latency", "inter_token_latency_seconds"), w=8)
 
     lay.row("Diagnosis")
     lay.add(
