@@ -630,7 +630,7 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     lines = [
-        f"loadgen_compare: headroom's generator (Locust users on gevent, one reader greenlet for "
+        f"loadgen_compare: headroom's generator (Locust users on gevent, gevent's hub reading "
         f"every stream, kernel receive stamps) beside {', '.join(LABEL[t] for t in tools if t != 'headroom')}, {started}",
         f"command: .venv/bin/python bench/loadgen_compare.py --streams {args.streams} "
         f"--runs {args.runs} --seconds {args.seconds:g} --tools {args.tools}"

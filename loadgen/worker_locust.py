@@ -22,6 +22,7 @@ import random
 import socket
 import sys
 import time
+import weakref
 from dataclasses import replace
 from itertools import count
 from pathlib import Path
@@ -198,8 +199,8 @@ class _Sender:
         for attempt in (0, 1):
             sock = pool.get_socket()
             try:
-                kernel = rxstamp.enable(sock)
-                sock.sendall(request)
+                kernel = _stamped(sock)
+                _send(sock, request)
                 head, rest, kwall = _read_head(sock, self._client.block_size, kernel)
             except (ConnectionResetError, BrokenPipeError, HTTPConnectionClosed):
                 # A pooled connection the server closed before answering: llama.cpp's server
@@ -220,6 +221,34 @@ class _Sender:
         raise AssertionError("unreachable")
 
 
+# The pooled connections whose reads the kernel stamps: the option stays set for the
+# connection's life, so it costs one setsockopt a connection, not one a request.
+_STAMPED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _stamped(sock: Any) -> bool:
+    """Whether the kernel stamps ``sock``'s reads, asking it to on a new connection."""
+    kernel = _STAMPED.get(sock)
+    if kernel is None:
+        kernel = _STAMPED[sock] = rxstamp.enable(sock)
+    return kernel
+
+
+def _send(sock: Any, request: bytes) -> None:
+    """Send ``request``: straight to the plain socket (a request fits its send buffer), the
+    rest, if any, through gevent's ``sendall`` (whose own first step asks the kernel for
+    the buffer's size: a system call a request)."""
+    inner = worker_reader.plain_socket(sock)
+    sent = 0
+    if inner is not None:
+        try:
+            sent = inner.send(request)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+    if sent < len(request):
+        sock.sendall(request[sent:] if sent else request)
+
+
 def _read_head(sock: Any, block: int, kernel: bool) -> tuple[bytes, bytes | None, float | None]:
     """Read a response up to the end of its headers: (head, what was read past it, the
     kernel's wall-clock stamp of the last read or None).
@@ -228,6 +257,10 @@ def _read_head(sock: Any, block: int, kernel: bool) -> tuple[bytes, bytes | None
     response, which a final one follows; bare-LF line ends).
     """
     buf, kwall = b"", None
+    if worker_reader.plain_socket(sock) is not None:
+        # The answer cannot be there yet, just sent: wait for it rather than try a read
+        # first (a system call a request that fails). Waits under the socket's timeout.
+        sock._wait(sock._read_event)
     while True:
         try:
             if kernel:

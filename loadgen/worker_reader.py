@@ -1,12 +1,13 @@
-"""One greenlet reads every open response stream: one wake-up per burst, not per token.
+"""The hub reads every open response stream itself: no greenlet switch per token.
 
 Each stream's own greenlet sends its request and reads the headers, then hands the
 socket here and sleeps until the body ends. Read by its own greenlet, every token cost
 a trip through gevent's hub: an I/O watcher started and stopped, two greenlet switches,
-the cooperative socket's wrappers. An engine emits a token for every running stream at
-each step's end, so hundreds of sockets turn readable together; this greenlet wakes once
-for all of them (epoll on the plain sockets, waited on through one hub watcher) and
-reads, stamps and parses each in turn without leaving it.
+the cooperative socket's wrappers. Here each body has one watcher for its whole life
+whose callback reads, stamps and parses in the hub's own loop: an engine emits a token
+for every running stream at each step's end, and the one epoll_wait that finds those
+sockets readable runs all their callbacks in turn, with no switch and no second epoll
+(a reader greenlet of its own, woken through an epoll of its own, cost both per burst).
 
 Each read is stamped with the kernel's receive time (SO_TIMESTAMPNS) where the socket
 has it, so the order the sockets are read in changes no token's time.
@@ -23,17 +24,13 @@ from typing import Any
 
 import gevent
 from gevent.event import AsyncResult
-from gevent.monkey import get_original
 
 from loadgen import rxstamp
 from loadgen.chunked import ChunkedBody
 from loadgen.sse import SseParser
 
 RECV_BYTES = 65536
-_EPOLLIN = 0x001
-_EPOLLERR = 0x008
-_EPOLLHUP = 0x010
-_epoll = get_original("select", "epoll")
+_READ = 1  # libev's EV_READ
 _CMSG = rxstamp.cmsg_space()
 _unpack = rxstamp.TIMESPEC.unpack_from
 _SO_TIMESTAMPNS = rxstamp.SO_TIMESTAMPNS
@@ -47,7 +44,7 @@ class Stream:
     """One response body being read: the HTTP parser, the SSE parser and what they found."""
 
     __slots__ = ("raw", "sock", "fd", "kernel", "parser", "nbytes", "end", "first_kernel",
-                 "error", "done", "chunks")  # fmt: skip
+                 "error", "done", "chunks", "watcher")  # fmt: skip
 
     def __init__(self, raw: Any, sock: Any, kernel: bool, parser: SseParser, end: float,
                  chunks: ChunkedBody | None = None) -> None:  # fmt: skip
@@ -63,6 +60,7 @@ class Stream:
         self.first_kernel: bool | None = None
         self.error: str | None = None
         self.done = AsyncResult()
+        self.watcher: Any = None  # the hub's I/O watcher while the body is being read
 
     def feed(self, data: bytes, stamp: float, kernel: bool) -> None:
         """Body bytes as read off the socket at ``stamp``."""
@@ -110,10 +108,7 @@ class StreamReader:
     """Reads the registered streams' sockets as they turn readable; one per process."""
 
     def __init__(self) -> None:
-        self._ep = _epoll()
-        self._streams: dict[int, Stream] = {}
-        self._wake = AsyncResult()
-        self._greenlet = gevent.spawn(self._run)
+        self._loop = gevent.get_hub().loop
 
     def read(self, stream: Stream) -> None:
         """Read ``stream`` to its end (or error); returns when it is done.
@@ -121,52 +116,30 @@ class StreamReader:
         On any exception in the caller's greenlet (its deadline, a kill) the stream is
         let go before the exception goes on.
         """
-        self._streams[stream.fd] = stream
-        try:
-            self._ep.register(stream.fd, _EPOLLIN)
-        except OSError:
-            del self._streams[stream.fd]
-            raise
-        if not self._wake.ready():
-            self._wake.set()
+        watcher = self._loop.io(stream.fd, _READ)
+        stream.watcher = watcher
+        watcher.start(self._readable, stream)
         try:
             stream.done.get()
         finally:
             self.forget(stream)
 
     def forget(self, stream: Stream) -> None:
-        if self._streams.get(stream.fd) is stream:
-            del self._streams[stream.fd]
-            try:
-                self._ep.unregister(stream.fd)
-            except (OSError, ValueError):
-                pass
+        watcher = stream.watcher
+        if watcher is not None:
+            stream.watcher = None
+            watcher.stop()
+            watcher.close()
 
-    def _run(self) -> None:
-        hub = gevent.get_hub()
-        watcher = hub.loop.io(self._ep.fileno(), 1)
-        poll = self._ep.poll
-        streams = self._streams
-        while True:
-            if not streams:
-                self._wake = AsyncResult()
-                self._wake.get()
-                continue
-            hub.wait(watcher)
-            events = poll(0)
-            if not events:
-                continue
-            # One clock reading for the burst: a kernel stamp becomes a perf_counter time by
-            # the offset between the two clocks, which does not move within it.
-            offset = _wall() - _perf()
-            for fd, _ev in events:
-                stream = streams.get(fd)
-                if stream is None:
-                    continue
-                try:
-                    self._step(stream, offset)
-                except Exception as exc:  # one stream's failure must not stop the others
-                    self._finish(stream, f"{type(exc).__name__}: {exc}"[:300])
+    def _readable(self, stream: Stream) -> None:
+        """The watcher's callback, run by the hub: read, stamp and parse what has arrived."""
+        if stream.watcher is None:
+            return
+        try:
+            # A kernel stamp becomes a perf_counter time by the offset between the two clocks.
+            self._step(stream, _wall() - _perf())
+        except Exception as exc:  # the hub must not see it: it would fail the stream's reader
+            self._finish(stream, f"{type(exc).__name__}: {exc}"[:300])
 
     def _step(self, stream: Stream, offset: float) -> None:
         sock = stream.sock
