@@ -202,7 +202,7 @@ class VllmServer:
             self._own_log = True
         log = open(self.log_path, "wb")  # closed in stop()
         self._log_file = log
-        env = dict(os.environ, **SERVER_ENV, **self._env)
+        env = {**os.environ, **SERVER_ENV, **self._env}  # the caller's env may override ours
         self._t0 = time.monotonic()
         self._proc = subprocess.Popen(
             self.command(python, model_dir),
