@@ -40,8 +40,11 @@ MAKE_MODEL = HERE / "make_tiny_model.py"
 SERVED_MODEL_NAME = "tiny-llama"
 
 # What VLLM-CPU.md found to work on these 2-core machines. VLLM_HOST_IP keeps vLLM's internal
-# sockets on loopback; the rest keeps it offline and quiet.
+# sockets on loopback; VLLM_USE_AOT_COMPILE=0 skips an ahead-of-time compile whose cache
+# vllm-cpu 0.32 never loads back ("Compiling model again due to a load failure" at every
+# start): each start compiled and saved it again for nothing; the rest keeps it offline and quiet.
 SERVER_ENV = {
+    "VLLM_USE_AOT_COMPILE": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_HOST_IP": "127.0.0.1",
     "HF_HUB_OFFLINE": "1",
@@ -182,7 +185,7 @@ class VllmServer:
             self._own_log = True
         log = open(self.log_path, "wb")  # closed in stop()
         self._log_file = log
-        env = dict(os.environ, **SERVER_ENV, **self._env)
+        env = {**os.environ, **SERVER_ENV, **self._env}  # the caller's env may override ours
         self._t0 = time.monotonic()
         self._proc = spawn(
             self.command(python, model_dir),
