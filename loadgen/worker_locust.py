@@ -45,6 +45,7 @@ from locust import (  # importing locust patches the process for gevent
 )
 from locust.env import Environment
 from locust.log import setup_logging
+from pydantic import ValidationError
 
 from loadgen import rxstamp, worker_reader
 from loadgen.chunked import ChunkedBody
@@ -732,6 +733,32 @@ class _QuietSpawnRate(logging.Filter):
         return "spawn rate is very high" not in record.getMessage()
 
 
+def _read_config(path: Path) -> WorkerConfig | None:
+    """The sweep's config, or None after one line on stderr. An external worker started from
+    another checkout than the sweep's may not know a field a newer sweep writes: say so, not
+    pydantic's traceback."""
+    try:
+        return WorkerConfig.model_validate_json(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        print(f"loadgen worker: cannot read the sweep's config {path}: {exc}", file=sys.stderr)
+    except ValidationError as exc:
+        unknown = [
+            ".".join(map(str, e["loc"])) for e in exc.errors() if e["type"] == "extra_forbidden"
+        ]
+        if unknown:
+            print(
+                f"loadgen worker: the sweep's config has fields this worker does not know "
+                f"({', '.join(unknown)}): run the same headroom version as the sweep on this host",
+                file=sys.stderr,
+            )
+        else:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "config"
+            print(f"loadgen worker: the sweep's config {path} is not valid: {where}: "
+                  f"{first['msg']}", file=sys.stderr)  # fmt: skip
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m loadgen.worker_locust")
     ap.add_argument("--role", choices=("local", "master", "worker"), default="local")
@@ -745,7 +772,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
     setup_logging(args.log_level)
-    cfg = WorkerConfig.model_validate_json(Path(args.config).read_text(encoding="utf-8"))
+    cfg = _read_config(Path(args.config))
+    if cfg is None:
+        return 1
     _setup(cfg)
     STATE.mode = args.mode
     logging.getLogger("locust.runners").addFilter(_QuietSpawnRate())
