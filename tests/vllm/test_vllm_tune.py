@@ -30,7 +30,15 @@ def _launch(install: tuple[Path, Path]) -> str:
 
 def _step(run_dir: Path, concurrency: int) -> dict[str, Any]:
     steps = json.loads((run_dir / "sweep.json").read_text())["steps"]
-    return next(s for s in steps if s["concurrency"] == concurrency)
+    found = [s for s in steps if s["concurrency"] == concurrency]
+    # A sweep that saw no gain from 1 to 2 streams (a CPU engine starved by other work)
+    # stops before 4: say so rather than a bare StopIteration.
+    assert found, (
+        f"{run_dir.name}'s sweep measured no step at {concurrency} streams "
+        f"(its steps: {[s['concurrency'] for s in steps]}; saturation "
+        f"{json.loads((run_dir / 'sweep.json').read_text()).get('saturation')})"
+    )
+    return found[0]
 
 
 def test_tune_relaunches_vllm_with_the_whatifs_value(
