@@ -259,24 +259,14 @@ def _p50(values: list[float]) -> float | None:
 
 def headroom_in_window(records: Path, start: float, end: float) -> tuple[float, float | None, int]:
     """Output tokens/s, TTFT p50 and requests sent, over [start, end], from headroom's own
-    per-request records: each token at its own arrival (first token, then the gaps)."""
-    tokens, ttfts = 0.0, []
-    for line in records.read_text().splitlines():
-        if not line.startswith('{"k":"r"'):
-            continue
-        r = json.loads(line)
-        if r.get("err") or r.get("ttft") is None:
-            continue
-        if start <= r["t0"] <= end:
-            ttfts.append(r["ttft"])
-        # A read may carry several tokens: each event weighs the reply's tokens over events.
-        weight = (r.get("out") or 0) / (1 + len(r["itl"])) or 1.0
-        t = r["t0"] + r["ttft"]
-        n = 1 if start <= t <= end else 0
-        for gap in r["itl"]:
-            t += gap
-            n += start <= t <= end
-        tokens += n * weight
+    per-request records, counted as its sweep counts them (loadgen.stats.tokens_in_window)."""
+    from loadgen.records import RequestRecord, parse_line
+    from loadgen.stats import tokens_in_window
+
+    recs = [r for r in map(parse_line, records.read_text().splitlines())
+            if isinstance(r, RequestRecord) and r.ok and r.ttft is not None]  # fmt: skip
+    ttfts = [r.ttft for r in recs if start <= r.start <= end]
+    tokens = sum(tokens_in_window(r, start, end) for r in recs)
     return tokens / (end - start), _p50(ttfts), len(ttfts)
 
 
