@@ -32,9 +32,12 @@ class Layout:
         self.row_h = 0
         self.next_id = 1
         self.panels: list[dict[str, Any]] = []
+        # The size a panel takes unless it says otherwise; each row sets its own.
+        self.w, self.h = 12, 8
 
-    def row(self, title: str) -> None:
+    def row(self, title: str, w: int = 12, h: int = 8) -> None:
         self._newline()
+        self.w, self.h = w, h
         self.panels.append(
             {
                 "type": "row",
@@ -47,7 +50,8 @@ class Layout:
         )
         self.y += 1
 
-    def add(self, panel: dict[str, Any], w: int = 12, h: int = 8) -> None:
+    def add(self, panel: dict[str, Any], w: int | None = None, h: int | None = None) -> None:
+        w, h = w or self.w, h or self.h
         if self.x + w > 24:
             self._newline()
         panel["id"] = self._id()
@@ -55,6 +59,17 @@ class Layout:
         self.panels.append(panel)
         self.x += w
         self.row_h = max(self.row_h, h)
+
+    def series(
+        self,
+        title: str,
+        *queries: tuple[str, str],
+        w: int | None = None,
+        h: int | None = None,
+        **options: Any,
+    ) -> None:
+        """A time-series panel of these (PromQL, legend) queries; options as timeseries'."""
+        self.add(timeseries(title, targets(*queries), **options), w, h)
 
     def _newline(self) -> None:
         if self.x > 0:
@@ -274,67 +289,50 @@ DIAGNOSIS_MAPPINGS = [
 def overview() -> dict[str, Any]:
     lay = Layout()
     lay.row("GPUs")
-    lay.add(
-        timeseries(
-            "GPU $gpu: duty cycle vs SM active vs tensor vs DRAM",
-            targets(
-                (f"headroom_gpu_utilization_ratio{{{IG}}}", "duty cycle"),
-                (f"headroom_gpu_sm_active_ratio{{{IG}}}", "SM active"),
-                (f"headroom_gpu_tensor_active_ratio{{{IG}}}", "tensor"),
-                (f"headroom_gpu_dram_active_ratio{{{IG}}}", "DRAM"),
-            ),
-            unit="percentunit",
-            max_=1,
-            description=(
-                "Duty cycle counts any kernel; SM active counts busy SMs. A high duty cycle "
-                "with low SM active is launch-bound; tensor or DRAM near the top is saturation."
-            ),
-            repeat="gpu",
-            repeatDirection="h",
-            maxPerRow=2,
+    lay.series(
+        "GPU $gpu: duty cycle vs SM active vs tensor vs DRAM",
+        (f"headroom_gpu_utilization_ratio{{{IG}}}", "duty cycle"),
+        (f"headroom_gpu_sm_active_ratio{{{IG}}}", "SM active"),
+        (f"headroom_gpu_tensor_active_ratio{{{IG}}}", "tensor"),
+        (f"headroom_gpu_dram_active_ratio{{{IG}}}", "DRAM"),
+        unit="percentunit",
+        max_=1,
+        description=(
+            "Duty cycle counts any kernel; SM active counts busy SMs. A high duty cycle "
+            "with low SM active is launch-bound; tensor or DRAM near the top is saturation."
         ),
-        w=12,
+        repeat="gpu",
+        repeatDirection="h",
+        maxPerRow=2,
         h=9,
     )
-    lay.add(
-        timeseries(
-            "Power and SM clock",
-            targets(
-                (f"headroom_gpu_power_watts{{{IG}}}", "GPU {{gpu}} power"),
-                (f"headroom_gpu_power_limit_watts{{{IG}}}", "GPU {{gpu}} limit"),
-            ),
-            unit="watt",
-        ),
+    lay.series(
+        "Power and SM clock",
+        (f"headroom_gpu_power_watts{{{IG}}}", "GPU {{gpu}} power"),
+        (f"headroom_gpu_power_limit_watts{{{IG}}}", "GPU {{gpu}} limit"),
+        unit="watt",
         w=6,
         h=9,
     )
-    lay.add(
-        timeseries(
-            "Memory used",
-            targets(
-                (f"gpu:headroom_gpu_memory_used:ratio{{{IG}}}", "GPU {{gpu}}"),
-            ),
-            unit="percentunit",
-            max_=1,
-        ),
+    lay.series(
+        "Memory used",
+        (f"gpu:headroom_gpu_memory_used:ratio{{{IG}}}", "GPU {{gpu}}"),
+        unit="percentunit",
+        max_=1,
         w=6,
         h=9,
     )
-    lay.add(
-        timeseries(
-            "SM clock",
-            targets((f"headroom_gpu_sm_clock_hertz{{{IG}}}", "GPU {{gpu}}")),
-            unit="hertz",
-        ),
+    lay.series(
+        "SM clock",
+        (f"headroom_gpu_sm_clock_hertz{{{IG}}}", "GPU {{gpu}}"),
+        unit="hertz",
         w=8,
         h=7,
     )
-    lay.add(
-        timeseries(
-            "Temperature",
-            targets((f"headroom_gpu_temperature_celsius{{{IG}}}", "GPU {{gpu}}")),
-            unit="celsius",
-        ),
+    lay.series(
+        "Temperature",
+        (f"headroom_gpu_temperature_celsius{{{IG}}}", "GPU {{gpu}}"),
+        unit="celsius",
         w=8,
         h=7,
     )
@@ -348,93 +346,58 @@ def overview() -> dict[str, Any]:
         w=8,
         h=7,
     )
-    lay.add(
-        timeseries(
-            "GPU memory by container",
-            targets(
-                (
-                    f"headroom_gpu_container_memory_bytes{{{IG}}}",
-                    "GPU {{gpu}} {{namespace}}/{{pod}} {{container}}",
-                )
-            ),
-            unit="bytes",
-            description=(
-                "GPU memory held by each container's processes (an empty container: processes "
-                "on the host). Under Kubernetes, pod and namespace name it."
-            ),
+    lay.series(
+        "GPU memory by container",
+        (
+            f"headroom_gpu_container_memory_bytes{{{IG}}}",
+            "GPU {{gpu}} {{namespace}}/{{pod}} {{container}}",
         ),
-        w=12,
-        h=8,
+        unit="bytes",
+        description=(
+            "GPU memory held by each container's processes (an empty container: processes "
+            "on the host). Under Kubernetes, pod and namespace name it."
+        ),
     )
-    lay.add(
-        timeseries(
-            "SM time: the engine's processes vs others",
-            targets(
-                (f"headroom_gpu_process_sm_share_ratio{{{IG}}}", "GPU {{gpu}} {{owner}}"),
-            ),
-            unit="percentunit",
-            max_=1,
-            description=(
-                "Each owner's share of the GPU's time with kernels on the SMs (NVML's "
-                "per-process samples). Others beside the engine: the contended cause."
-            ),
+    lay.series(
+        "SM time: the engine's processes vs others",
+        (f"headroom_gpu_process_sm_share_ratio{{{IG}}}", "GPU {{gpu}} {{owner}}"),
+        unit="percentunit",
+        max_=1,
+        description=(
+            "Each owner's share of the GPU's time with kernels on the SMs (NVML's "
+            "per-process samples). Others beside the engine: the contended cause."
         ),
-        w=12,
-        h=8,
     )
 
-    lay.row("Engine")
-    lay.add(
-        timeseries(
-            "Running and waiting requests",
-            targets(
-                (f"headroom_engine_requests_running{{{IM}}}", "{{model_name}} running (R)"),
-                (f"headroom_engine_requests_waiting{{{IM}}}", "{{model_name}} waiting (Q)"),
-                (f"headroom_engine_seq_cap{{{IM}}}", "{{model_name}} sequence cap ({{origin}})"),
-            ),
-            description="Window means. R flat at the cap while Q > 0 is the sequence cap.",
-        ),
-        w=8,
+    lay.row("Engine", w=8)
+    lay.series(
+        "Running and waiting requests",
+        (f"headroom_engine_requests_running{{{IM}}}", "{{model_name}} running (R)"),
+        (f"headroom_engine_requests_waiting{{{IM}}}", "{{model_name}} waiting (Q)"),
+        (f"headroom_engine_seq_cap{{{IM}}}", "{{model_name}} sequence cap ({{origin}})"),
+        description="Window means. R flat at the cap while Q > 0 is the sequence cap.",
     )
-    lay.add(
-        timeseries(
-            "KV cache usage",
-            targets(
-                (f"headroom_engine_kv_cache_usage_ratio{{{IM}}}", "{{model_name}} mean"),
-                (f"headroom_engine_kv_cache_usage_max_ratio{{{IM}}}", "{{model_name}} max"),
-            ),
-            unit="percentunit",
-            max_=1,
-        ),
-        w=8,
+    lay.series(
+        "KV cache usage",
+        (f"headroom_engine_kv_cache_usage_ratio{{{IM}}}", "{{model_name}} mean"),
+        (f"headroom_engine_kv_cache_usage_max_ratio{{{IM}}}", "{{model_name}} max"),
+        unit="percentunit",
+        max_=1,
     )
-    lay.add(
-        timeseries(
-            "Preemptions",
-            targets(
-                (
-                    f"headroom_engine_preemptions_per_second{{{IM}}}",
-                    "{{model_name}} (agent window)",
-                ),
-                (f"model:vllm_num_preemptions:rate1m{{{M}}}", "{{model_name}} {{instance}} (vLLM)"),
-            ),
-            unit="reqps",
-        ),
-        w=8,
+    lay.series(
+        "Preemptions",
+        (f"headroom_engine_preemptions_per_second{{{IM}}}", "{{model_name}} (agent window)"),
+        (f"model:vllm_num_preemptions:rate1m{{{M}}}", "{{model_name}} {{instance}} (vLLM)"),
+        unit="reqps",
     )
-    lay.add(
-        timeseries(
-            "Tokens per second",
-            targets(
-                (f"model:vllm_generation_tokens:rate1m{{{M}}}", "{{model_name}} generated"),
-                (f"model:vllm_prompt_tokens:rate1m{{{M}}}", "{{model_name}} prompt"),
-            ),
-            unit="short",
-        ),
-        w=8,
+    lay.series(
+        "Tokens per second",
+        (f"model:vllm_generation_tokens:rate1m{{{M}}}", "{{model_name}} generated"),
+        (f"model:vllm_prompt_tokens:rate1m{{{M}}}", "{{model_name}} prompt"),
+        unit="short",
     )
-    lay.add(vllm_quantiles("Time to first token", "time_to_first_token_seconds"), w=8)
-    lay.add(vllm_quantiles("Inter-token latency", "inter_token_latency_seconds"), w=8)
+    lay.add(vllm_quantiles("Time to first token", "time_to_first_token_seconds"))
+    lay.add(vllm_quantiles("Inter-token latency", "inter_token_latency_seconds"))
 
     lay.row("Diagnosis")
     lay.add(
@@ -459,13 +422,11 @@ def overview() -> dict[str, Any]:
         w=16,
         h=9,
     )
-    lay.add(
-        timeseries(
-            "Verdict confidence",
-            targets((f"headroom_diagnosis_confidence{{{INST}}}", "{{cause}} {{scope}}")),
-            unit="percentunit",
-            max_=1,
-        ),
+    lay.series(
+        "Verdict confidence",
+        (f"headroom_diagnosis_confidence{{{INST}}}", "{{cause}} {{scope}}"),
+        unit="percentunit",
+        max_=1,
         w=8,
         h=9,
     )
@@ -501,81 +462,43 @@ def overview() -> dict[str, Any]:
             "options": {"showHeader": True},
         },
         w=24,
-        h=8,
     )
 
-    lay.row("Why: Little's law, CPU and the roofline")
-    lay.add(
-        timeseries(
-            "Little's law: in flight, measured vs predicted",
-            targets(
-                (f"headroom_engine_in_flight_requests{{{IM}}}", "{{model_name}} R + Q"),
-                (
-                    f"headroom_engine_in_flight_predicted_requests{{{IM}}}",
-                    "{{model_name}} arrivals x latency",
-                ),
-            ),
-            description="They should agree within ~15%; if not, something queues in front of the engine.",
+    lay.row("Why: Little's law, CPU and the roofline", w=8)
+    lay.series(
+        "Little's law: in flight, measured vs predicted",
+        (f"headroom_engine_in_flight_requests{{{IM}}}", "{{model_name}} R + Q"),
+        (
+            f"headroom_engine_in_flight_predicted_requests{{{IM}}}",
+            "{{model_name}} arrivals x latency",
         ),
-        w=8,
+        description="They should agree within ~15%; if not, something queues in front of the engine.",
     )
-    lay.add(
-        timeseries(
-            "Arrival rate vs the rate that fills the slots",
-            targets(
-                (
-                    f"headroom_engine_arrival_rate_requests_per_second{{{IM}}}",
-                    "{{model_name}} arrivals",
-                ),
-                (
-                    f"headroom_engine_fill_rate_requests_per_second{{{IM}}}",
-                    "{{model_name}} fills the cap",
-                ),
-            ),
-            unit="reqps",
-        ),
-        w=8,
+    lay.series(
+        "Arrival rate vs the rate that fills the slots",
+        (f"headroom_engine_arrival_rate_requests_per_second{{{IM}}}", "{{model_name}} arrivals"),
+        (f"headroom_engine_fill_rate_requests_per_second{{{IM}}}", "{{model_name}} fills the cap"),
+        unit="reqps",
     )
-    lay.add(
-        timeseries(
-            "CPU in the path",
-            targets(
-                (f"headroom_engine_busy_ratio{{{IM}}}", "{{model_name}} GPU busy"),
-                (
-                    f"headroom_engine_thread_cpu_ratio{{{IM}}}",
-                    "{{model_name}} engine thread (of a core)",
-                ),
-                (f"headroom_host_cpu_busy_ratio{{{INST}}}", "host CPU"),
-            ),
-            unit="percentunit",
-        ),
-        w=8,
+    lay.series(
+        "CPU in the path",
+        (f"headroom_engine_busy_ratio{{{IM}}}", "{{model_name}} GPU busy"),
+        (f"headroom_engine_thread_cpu_ratio{{{IM}}}", "{{model_name}} engine thread (of a core)"),
+        (f"headroom_host_cpu_busy_ratio{{{INST}}}", "host CPU"),
+        unit="percentunit",
     )
-    lay.add(
-        timeseries(
-            "Roofline: MFU and share of peak bandwidth",
-            targets(
-                (f"headroom_engine_roofline_mfu_ratio{{{IM}}}", "{{model_name}} MFU"),
-                (f"headroom_engine_roofline_bandwidth_ratio{{{IM}}}", "{{model_name}} bandwidth"),
-            ),
-            unit="percentunit",
-            max_=1,
-        ),
-        w=8,
+    lay.series(
+        "Roofline: MFU and share of peak bandwidth",
+        (f"headroom_engine_roofline_mfu_ratio{{{IM}}}", "{{model_name}} MFU"),
+        (f"headroom_engine_roofline_bandwidth_ratio{{{IM}}}", "{{model_name}} bandwidth"),
+        unit="percentunit",
+        max_=1,
     )
-    lay.add(
-        timeseries(
-            "Roofline: arithmetic intensity vs ridge",
-            targets(
-                (
-                    f"headroom_engine_roofline_arithmetic_intensity{{{IM}}}",
-                    "{{model_name}} FLOP/byte",
-                ),
-                (f"headroom_engine_roofline_ridge_intensity{{{IM}}}", "{{model_name}} ridge"),
-            ),
-            description="Below the ridge the engine is memory-bound, above it compute-bound.",
-        ),
-        w=8,
+    lay.series(
+        "Roofline: arithmetic intensity vs ridge",
+        (f"headroom_engine_roofline_arithmetic_intensity{{{IM}}}", "{{model_name}} FLOP/byte"),
+        (f"headroom_engine_roofline_ridge_intensity{{{IM}}}", "{{model_name}} ridge"),
+        description="Below the ridge the engine is memory-bound, above it compute-bound.",
     )
     lay.add(
         stat(
@@ -587,99 +510,62 @@ def overview() -> dict[str, Any]:
                 )
             ),
         ),
-        w=8,
     )
 
-    lay.row("Agent")
-    lay.add(
-        timeseries(
-            "Tick duration p95",
-            targets(
-                (
-                    f"histogram_quantile(0.95, sum by (instance, le) (rate(headroom_agent_tick_duration_seconds_bucket{{{INST}}}[$__rate_interval])))",
-                    "{{instance}}",
-                ),
-            ),  # fmt: skip
-            unit="s",
+    lay.row("Agent", w=8, h=7)
+    lay.series(
+        "Tick duration p95",
+        (
+            f"histogram_quantile(0.95, sum by (instance, le) (rate(headroom_agent_tick_duration_seconds_bucket{{{INST}}}[$__rate_interval])))",
+            "{{instance}}",
         ),
-        w=8,
-        h=7,
+        unit="s",
     )
-    lay.add(
-        timeseries(
-            "Source errors",
-            targets(
-                (
-                    f"sum by (source, target) (rate(headroom_agent_source_errors_total{{{INST}}}[$__rate_interval]))",
-                    "{{source}} {{target}}",
-                ),
-            ),  # fmt: skip
-            unit="reqps",
+    lay.series(
+        "Source errors",
+        (
+            f"sum by (source, target) (rate(headroom_agent_source_errors_total{{{INST}}}[$__rate_interval]))",
+            "{{source}} {{target}}",
         ),
-        w=8,
-        h=7,
+        unit="reqps",
     )
-    lay.add(
-        timeseries(
-            "Seconds since each source's last success",
-            targets(
-                (
-                    f"time() - headroom_agent_source_last_success_timestamp_seconds{{{INST}}}",
-                    "{{source}} {{target}}",
-                ),
-            ),
-            unit="s",
+    lay.series(
+        "Seconds since each source's last success",
+        (
+            f"time() - headroom_agent_source_last_success_timestamp_seconds{{{INST}}}",
+            "{{source}} {{target}}",
         ),
-        w=8,
-        h=7,
+        unit="s",
     )
-    lay.row("Energy and cost")
-    lay.add(
-        timeseries(
-            "GPU power from the energy counter",
-            targets(
-                (
-                    # irate: the last two samples in the range, so the panel reads full power
-                    # from an agent's second scrape; rate() over a range divides by all of it
-                    # and reads low for that long after an agent starts.
-                    f"irate(headroom_gpu_energy_joules_total{{{IG}}}[$__rate_interval])",
-                    "GPU {{gpu}} ({{energy_from}})",
-                ),
-            ),
-            unit="watt",
-            description=(
-                "The energy counter's rate between its last two readings: the mean power "
-                "between them, bursts included "
-                "(energy_from=power where the GPU has no counter and power is integrated)."
-            ),
+    lay.row("Energy and cost", w=8)
+    lay.series(
+        "GPU power from the energy counter",
+        (
+            # irate: the last two samples in the range, so the panel reads full power
+            # from an agent's second scrape; rate() over a range divides by all of it
+            # and reads low for that long after an agent starts.
+            f"irate(headroom_gpu_energy_joules_total{{{IG}}}[$__rate_interval])",
+            "GPU {{gpu}} ({{energy_from}})",
         ),
-        w=8,
-        h=8,
+        unit="watt",
+        description=(
+            "The energy counter's rate between its last two readings: the mean power "
+            "between them, bursts included "
+            "(energy_from=power where the GPU has no counter and power is integrated)."
+        ),
     )
-    lay.add(
-        timeseries(
-            "Energy per token and per request",
-            targets(
-                (f"headroom_engine_energy_per_token_joules{{{IM}}}", "{{model_name}} J/token"),
-                (f"headroom_engine_energy_per_request_joules{{{IM}}}", "{{model_name}} J/request"),
-            ),
-            unit="joule",
-            description="The box's GPU energy over the window against every engine's tokens.",
-        ),
-        w=8,
-        h=8,
+    lay.series(
+        "Energy per token and per request",
+        (f"headroom_engine_energy_per_token_joules{{{IM}}}", "{{model_name}} J/token"),
+        (f"headroom_engine_energy_per_request_joules{{{IM}}}", "{{model_name}} J/request"),
+        unit="joule",
+        description="The box's GPU energy over the window against every engine's tokens.",
     )
-    lay.add(
-        timeseries(
-            "Cost per million tokens",
-            targets(
-                (f"headroom_engine_cost_per_million_tokens{{{IM}}}", "{{model_name}}"),
-            ),
-            unit="currencyUSD",
-            description="At the agent's gpu_hour_price (HEADROOM_GPU_HOUR_PRICE); empty without one.",
-        ),
-        w=8,
-        h=8,
+    lay.series(
+        "Cost per million tokens",
+        (f"headroom_engine_cost_per_million_tokens{{{IM}}}", "{{model_name}}"),
+        unit="currencyUSD",
+        description="At the agent's gpu_hour_price (HEADROOM_GPU_HOUR_PRICE); empty without one.",
     )
     return dashboard(
         "headroom-overview",
@@ -694,98 +580,55 @@ def overview() -> dict[str, Any]:
 def sweep() -> dict[str, Any]:
     lay = Layout()
     lay.row("Load against response (run a sweep, then zoom the time range to it)")
-    lay.add(
-        timeseries(
-            "Throughput vs requests in flight",
-            targets(
-                (f"model:vllm_generation_tokens:rate1m{{{M}}}", "{{model_name}} tokens/s"),
-                (
-                    f"sum by (model_name) (headroom_engine_in_flight_requests{{{IM}}})",
-                    "{{model_name}} in flight",
-                ),
-            ),
-            description="Throughput that stops growing while in-flight climbs marks saturation.",
-            fieldConfig={
-                "defaults": {"unit": "short", "custom": {"drawStyle": "line", "lineWidth": 1}},
-                "overrides": [
-                    {
-                        "matcher": {"id": "byRegexp", "options": ".*in flight"},
-                        "properties": [{"id": "custom.axisPlacement", "value": "right"}],
-                    }
-                ],
-            },  # fmt: skip
+    lay.series(
+        "Throughput vs requests in flight",
+        (f"model:vllm_generation_tokens:rate1m{{{M}}}", "{{model_name}} tokens/s"),
+        (
+            f"sum by (model_name) (headroom_engine_in_flight_requests{{{IM}}})",
+            "{{model_name}} in flight",
         ),
-        w=12,
+        description="Throughput that stops growing while in-flight climbs marks saturation.",
+        fieldConfig={
+            "defaults": {"unit": "short", "custom": {"drawStyle": "line", "lineWidth": 1}},
+            "overrides": [
+                {
+                    "matcher": {"id": "byRegexp", "options": ".*in flight"},
+                    "properties": [{"id": "custom.axisPlacement", "value": "right"}],
+                }
+            ],
+        },
         h=9,
     )
-    lay.add(
-        timeseries(
-            "Latency as load steps (p95)",
-            targets(
-                (
-                    f"model:vllm_time_to_first_token_seconds:p95_1m{{{M}}}",
-                    "{{model_name}} TTFT p95",
-                ),
-                (f"model:vllm_inter_token_latency_seconds:p95_1m{{{M}}}", "{{model_name}} ITL p95"),
-                (f"model:vllm_e2e_request_latency_seconds:p95_1m{{{M}}}", "{{model_name}} e2e p95"),
-            ),
-            unit="s",
-        ),
-        w=12,
+    lay.series(
+        "Latency as load steps (p95)",
+        (f"model:vllm_time_to_first_token_seconds:p95_1m{{{M}}}", "{{model_name}} TTFT p95"),
+        (f"model:vllm_inter_token_latency_seconds:p95_1m{{{M}}}", "{{model_name}} ITL p95"),
+        (f"model:vllm_e2e_request_latency_seconds:p95_1m{{{M}}}", "{{model_name}} e2e p95"),
+        unit="s",
         h=9,
     )
-    lay.add(
-        timeseries(
-            "Queue: waiting requests and KV cache",
-            targets(
-                (f"headroom_engine_requests_waiting{{{IM}}}", "{{model_name}} waiting"),
-                (
-                    f"engine:headroom_engine_seq_slots_used:ratio{{{IM}}} * 100",
-                    "{{model_name}} slots used %",
-                ),
-                (f"headroom_engine_kv_cache_usage_ratio{{{IM}}} * 100", "{{model_name}} KV %"),
-            ),
+    lay.series(
+        "Queue: waiting requests and KV cache",
+        (f"headroom_engine_requests_waiting{{{IM}}}", "{{model_name}} waiting"),
+        (
+            f"engine:headroom_engine_seq_slots_used:ratio{{{IM}}} * 100",
+            "{{model_name}} slots used %",
         ),
-        w=12,
+        (f"headroom_engine_kv_cache_usage_ratio{{{IM}}} * 100", "{{model_name}} KV %"),
     )
-    lay.add(
-        timeseries(
-            "GPU activity as load steps",
-            targets(
-                (
-                    f"instance:headroom_gpu_activity:avg{{{INST}}}",
-                    "{{instance}} SM active (or duty cycle)",
-                ),
-                (
-                    f"avg by (instance) (headroom_gpu_tensor_active_ratio{{{INST}}})",
-                    "{{instance}} tensor",
-                ),
-                (
-                    f"avg by (instance) (headroom_gpu_dram_active_ratio{{{INST}}})",
-                    "{{instance}} DRAM",
-                ),
-            ),
-            unit="percentunit",
-            max_=1,
-        ),
-        w=12,
+    lay.series(
+        "GPU activity as load steps",
+        (f"instance:headroom_gpu_activity:avg{{{INST}}}", "{{instance}} SM active (or duty cycle)"),
+        (f"avg by (instance) (headroom_gpu_tensor_active_ratio{{{INST}}})", "{{instance}} tensor"),
+        (f"avg by (instance) (headroom_gpu_dram_active_ratio{{{INST}}})", "{{instance}} DRAM"),
+        unit="percentunit",
+        max_=1,
     )
-    lay.add(
-        timeseries(
-            "Little's law check",
-            targets(
-                (f"headroom_engine_in_flight_requests{{{IM}}}", "{{model_name}} measured"),
-                (
-                    f"headroom_engine_in_flight_predicted_requests{{{IM}}}",
-                    "{{model_name}} predicted",
-                ),
-                (
-                    f"headroom_engine_littles_law_consistent{{{IM}}}",
-                    "{{model_name}} consistent (1/0)",
-                ),
-            ),
-        ),
-        w=12,
+    lay.series(
+        "Little's law check",
+        (f"headroom_engine_in_flight_requests{{{IM}}}", "{{model_name}} measured"),
+        (f"headroom_engine_in_flight_predicted_requests{{{IM}}}", "{{model_name}} predicted"),
+        (f"headroom_engine_littles_law_consistent{{{IM}}}", "{{model_name}} consistent (1/0)"),
     )
     lay.add(
         cause_timeline(
@@ -793,19 +636,15 @@ def sweep() -> dict[str, Any]:
             f"max by (cause) (headroom_diagnosis{{{INST}}})",
             "{{cause}}",
         ),
-        w=12,
     )
-    lay.add(
-        timeseries(
-            "Energy per token as load steps",
-            targets(
-                (f"headroom_engine_energy_per_token_joules{{{IM}}}", "{{model_name}} J/token"),
-                (f"headroom_engine_tokens_per_joule{{{IM}}}", "{{model_name}} tokens/J"),
-            ),
-            description="Batching spreads the GPU's watts over more tokens: J/token falls as load "
-            "rises until the box saturates.",
+    lay.series(
+        "Energy per token as load steps",
+        (f"headroom_engine_energy_per_token_joules{{{IM}}}", "{{model_name}} J/token"),
+        (f"headroom_engine_tokens_per_joule{{{IM}}}", "{{model_name}} tokens/J"),
+        description=(
+            "Batching spreads the GPU's watts over more tokens: J/token falls as load "
+            "rises until the box saturates."
         ),
-        w=12,
     )
     return dashboard(
         "headroom-sweep",

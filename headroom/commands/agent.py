@@ -8,7 +8,7 @@ import signal
 import threading
 from typing import Any
 
-from headroom.commands.common import add_engine_url_flag
+from headroom.commands.common import add_diagnosis_flags, add_engine_url_flag
 from monitor.serve.config import DEFAULT_PORT
 
 # Flags default to None so the config layers underneath (environment, file) show through.
@@ -102,17 +102,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="/healthz turns 503 after this long without a tick (default 3 intervals + 5 s)",
     )
-    g = p.add_argument_group("diagnosis")
-    g.add_argument("--max-num-seqs", type=int, help="the engine's --max-num-seqs (else inferred)")
-    g.add_argument("--max-num-batched-tokens", type=int, help="the engine's token budget per step")
-    g.add_argument("--gpu-model", help="peak-table entry (e.g. H200) when the name is not matched")
-    g.add_argument("--thresholds", metavar="FILE", help="TOML or YAML file of diagnosis thresholds")
-    g.add_argument(
-        "--gpu-hour-price",
-        metavar="PRICE",
-        help="what one GPU costs an hour (HEADROOM_GPU_HOUR_PRICE): cost per million tokens "
-        "and the idle part of the bill in money",
-    )
+    g = add_diagnosis_flags(p)
     g.add_argument(
         "--gpu-energy-every",
         type=float,

@@ -71,7 +71,9 @@ def gpu_hour_price(args: argparse.Namespace) -> float | None:
     return price_from(getattr(args, "gpu_hour_price", None))
 
 
-def add_diagnosis_flags(p: argparse.ArgumentParser) -> None:
+def add_diagnosis_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The diagnosis group's flags, each defaulting to None (the agent's config layers show
+    through); the group is returned for a command's own additions."""
     g = p.add_argument_group("diagnosis")
     add_price_flag(g)
     g.add_argument("--max-num-seqs", type=int, help="the engine's --max-num-seqs (else inferred)")
@@ -80,6 +82,7 @@ def add_diagnosis_flags(p: argparse.ArgumentParser) -> None:
         "--gpu-model", help="peak-table entry to use (e.g. H200) when the name is not matched"
     )
     g.add_argument("--thresholds", metavar="FILE", help="TOML or YAML file of diagnosis thresholds")
+    return g
 
 
 def build_sources_from_args(

@@ -8,7 +8,6 @@ windows and on the real H200 and vLLM readings (tests/diagnosis/). Ratios are
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -16,11 +15,6 @@ from typing import Any
 
 from monitor.core.configfile import read_settings_file
 from monitor.core.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover - CI runs 3.11
-    pass
 
 
 @dataclass(frozen=True)
