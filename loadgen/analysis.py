@@ -209,18 +209,21 @@ def _cause(
     steps past it (``beyond``: a step whose window held no engine reading says nothing,
     and the limit shows at every load past the knee), else at a, the knee itself.
 
-    Confident verdicts first. ``capped``: b queued while the engine ran no more at once than
+    Confident verdicts first, past the knee before at it. ``capped``: b queued while the engine ran no more at once than
     a offered, the cap's own shape. A window of a few readings disturbed by a stall can
     miss the plateau the monitor's cap rules want (4 running and 4 waiting at 8 streams
     read "possibly cpu-bound" on a busy host): where no step past the knee names a cause
     with confidence, the cap the numbers show is the cause, not the weak guess."""
     if b.client_limited:
         return "client-limited"
-    named = [s for s in (b, *beyond, *([a] if a is not None else [])) if _confident(s)]
+    named = [s for s in (b, *beyond) if _confident(s)]
     if named:
         return named[0].verdict
     if capped:
+        # Before the knee's own verdict too: at a the engine still ran what it was offered.
         return _cap_by_numbers(b)
+    if a is not None and _confident(a):
+        return a.verdict
     for past in (b, *beyond):
         if past.verdict not in _WEAK_CAUSES:
             return past.verdict

@@ -472,6 +472,9 @@ def test_a_cap_is_named_by_its_numbers_where_the_window_read_only_a_weak_guess()
     # A full KV cache at the plateau is the KV cache's cap.
     kv = [*steps[:3], steps[3].model_copy(update={"kv_cache_usage_mean": 0.97})]
     assert find_saturation(kv).cause == "kv-cap"
+    # Nor does a confident verdict at the knee itself, where the engine still ran all 4.
+    at_knee = [*steps[:2], steps[2].model_copy(update={"verdict_confidence": 0.6}), steps[3]]
+    assert find_saturation(at_knee).cause == "seq-cap"
     # A confident verdict past the knee still names it: a GPU full, no cap to raise.
     full = [*steps[:3], steps[3].model_copy(update={"verdict": "compute-bound",
                                                     "verdict_confidence": 0.8})]  # fmt: skip
