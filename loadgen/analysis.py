@@ -19,6 +19,7 @@ from typing import Any
 
 from loadgen.schema import Goodput, HeadroomCheck, Saturation, StepResult
 from monitor.core.errors import ConfigError
+from monitor.diagnosis.thresholds import Thresholds
 
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
 SLO_PCTS = ("p50", "p90", "p95", "p99")
@@ -36,6 +37,8 @@ QUEUE_STILL_SCALING = math.sqrt(2) - 1
 UNDERSERVED = 0.9  # open loop: completions below this share of the offered rate
 # Causes that describe the absence of a limit rather than one.
 _WEAK_CAUSES = {None, "idle", "starved", "unknown"}
+# The monitor's defaults, which judged each step: its weak confidence, a full KV cache.
+_TH = Thresholds()
 
 
 def parse_slo(text: str) -> tuple[str, float]:
@@ -183,12 +186,44 @@ def _limit_reason(a: StepResult, b: StepResult, gain_threshold: float) -> str | 
     return None
 
 
-def _cause(b: StepResult, a: StepResult | None, beyond: Sequence[StepResult] = ()) -> str | None:
+def _confident(step: StepResult) -> bool:
+    """The step's verdict names a cause and holds it (a verdict below the monitor's weak
+    confidence says "possibly": cpu-bound on a busy host without GPU data reads 0.3)."""
+    if step.verdict in _WEAK_CAUSES:
+        return False
+    return step.verdict_confidence is None or step.verdict_confidence >= _TH.weak_confidence
+
+
+def _cap_by_numbers(b: StepResult) -> str:
+    """The cap a step that queued at a plateau of running shows by its own numbers: the KV
+    cache's where it is full or forcing requests out, else the sequence cap."""
+    kv_full = b.kv_cache_usage_mean is not None and b.kv_cache_usage_mean >= _TH.kv_full
+    preempting = (b.preemptions_per_s or 0.0) > _TH.preemptions_per_s_min
+    return "kv-cap" if kv_full or preempting else "seq-cap"
+
+
+def _cause(
+    b: StepResult, a: StepResult | None, beyond: Sequence[StepResult] = (), capped: bool = False
+) -> str | None:
     """The limit's name: the verdict at b, the first step past the knee, else at the next
     steps past it (``beyond``: a step whose window held no engine reading says nothing,
-    and the limit shows at every load past the knee), else at a, the knee itself."""
+    and the limit shows at every load past the knee), else at a, the knee itself.
+
+    Confident verdicts first, past the knee before at it. ``capped``: b queued while the engine ran no more at once than
+    a offered, the cap's own shape. A window of a few readings disturbed by a stall can
+    miss the plateau the monitor's cap rules want (4 running and 4 waiting at 8 streams
+    read "possibly cpu-bound" on a busy host): where no step past the knee names a cause
+    with confidence, the cap the numbers show is the cause, not the weak guess."""
     if b.client_limited:
         return "client-limited"
+    named = [s for s in (b, *beyond) if _confident(s)]
+    if named:
+        return named[0].verdict
+    if capped:
+        # Before the knee's own verdict too: at a the engine still ran what it was offered.
+        return _cap_by_numbers(b)
+    if a is not None and _confident(a):
+        return a.verdict
     for past in (b, *beyond):
         if past.verdict not in _WEAK_CAUSES:
             return past.verdict
@@ -335,10 +370,11 @@ def _hard_knee(
                 refine_from_step_index=a.index,
             )
             return (b, sat), i
-        if _capped(a, b) or gain_bounds(a, b)[1] < gain_threshold:
+        capped = _capped(a, b)
+        if capped or gain_bounds(a, b)[1] < gain_threshold:
             # Requests wait while the engine never ran more at once than a offered (the
             # limit is a itself), or while throughput stopped growing beyond noise.
-            return (a, _past(ordered, i, _queue_words(b))), i
+            return (a, _past(ordered, i, _queue_words(b), capped=capped)), i
         # Requests wait for room at b, yet throughput may still grow by more than the
         # threshold: whether that is past the knee is for the curve through every step to
         # say (or, where the curve does not fit, the pair: a queue is the knee there).
@@ -370,12 +406,17 @@ def _queue_words(b: StepResult) -> str:
 
 
 def _past(
-    ordered: Sequence[StepResult], i: int, why: str, every: Sequence[StepResult] = ()
+    ordered: Sequence[StepResult],
+    i: int,
+    why: str,
+    every: Sequence[StepResult] = (),
+    capped: bool = False,
 ) -> Saturation:
     """The saturation at ordered[i - 1]; ``every``: all the sweep's steps by load, of which
-    ``ordered`` is the first part (the steps past the knee name its cause)."""
+    ``ordered`` is the first part (the steps past the knee name its cause); ``capped``: the
+    step past it queued at a's load (_cause)."""
     a, b = ordered[i - 1], ordered[i]
-    cause = _cause(b, a, (every or ordered)[i + 1 :])
+    cause = _cause(b, a, (every or ordered)[i + 1 :], capped)
     return _saturation_at(
         a,
         cause=cause,

@@ -12,6 +12,16 @@ long as the client keeps up (one event per read).
 Gevent-free: any socket object with ``recvmsg`` (gevent's cooperative one in
 the worker, the standard one in tests). TLS sockets and platforms without the
 option read plainly and the caller stamps with its own clock.
+
+Linux stamps incoming packets only while some socket on the host wants stamps, and
+it does not switch on the moment the first one asks: ``setsockopt`` leaves the switch
+to a kernel worker (``net_enable_timestamp``'s deferred work), which runs when a core
+gets to it, and switching off when the last such socket closes goes the same way. A
+process whose connections were the only stamped sockets would read its first tokens
+unstamped on every connection opened after the earlier ones closed (measured here:
+45 of 200 fresh loopback connections got no stamp on any of their first three reads),
+and for longer while the host stalls. ``keep_on`` holds one stamped socket for the
+process's life and waits until a read carries a stamp.
 """
 
 from __future__ import annotations
@@ -50,11 +60,50 @@ def enable(sock: Any) -> bool:
     return True
 
 
+# A stamped loopback connection held for the process's life (the stamped end, its peer):
+# it keeps the kernel stamping while connections to the target come and go.
+_KEEPER: list[tuple[socket.socket, socket.socket]] = []
+
+
+def keep_on(timeout_s: float = 5.0) -> bool:
+    """Keep the kernel stamping for this process's life; True once a read carries a stamp,
+    False where none came within ``timeout_s`` (the platform cannot, or the kernel's
+    worker has not run yet: reads before it fall back to the caller's clock as ever).
+
+    Probes the held connection one byte at a time until the switch shows in a read."""
+    if SO_TIMESTAMPNS is None or not _CMSG_SPACE:
+        return False
+    deadline = time.monotonic() + timeout_s
+    try:
+        if not _KEEPER:
+            with socket.socket() as listener:
+                listener.bind(("127.0.0.1", 0))
+                listener.listen(1)
+                stamped = socket.create_connection(listener.getsockname(), timeout=timeout_s)
+                peer, _ = listener.accept()
+            if not enable(stamped):
+                stamped.close()
+                peer.close()
+                return False
+            _KEEPER.append((stamped, peer))
+        stamped, peer = _KEEPER[0]
+        while True:
+            peer.sendall(b".")
+            _, stamp = recv(stamped, 64)
+            if stamp is not None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+    except OSError:  # no loopback to probe on: reads fall back to the caller's clock
+        return False
+
+
 def recv(sock: Any, nbytes: int) -> tuple[bytes, float | None]:
     """Read up to ``nbytes``; return them with the kernel's wall-clock arrival, or None.
 
-    None when the kernel attached no stamp: the first segments after ``enable``
-    can arrive before the kernel starts stamping.
+    None when the kernel attached no stamp: segments that arrive before the kernel
+    starts stamping (``keep_on``) carry none.
     """
     data, ancillary, _flags, _addr = sock.recvmsg(nbytes, _CMSG_SPACE)
     for level, kind, payload in ancillary:

@@ -776,6 +776,10 @@ def main(argv: list[str] | None = None) -> int:
     if cfg is None:
         return 1
     _setup(cfg)
+    if args.role != "master":
+        # Before the first request: a stream's first token is stamped by the kernel only
+        # once the kernel's stamping is switched on (rxstamp's docstring).
+        rxstamp.keep_on()
     STATE.mode = args.mode
     logging.getLogger("locust.runners").addFilter(_QuietSpawnRate())
     shape = StepShape()

@@ -450,6 +450,38 @@ def test_the_cause_of_a_knee_read_below_a_later_cap_comes_from_the_steps_past_it
     assert (sat.concurrency, sat.cause) == (4, "seq-cap")
 
 
+def test_a_cap_is_named_by_its_numbers_where_the_window_read_only_a_weak_guess() -> None:
+    # The fake engine capped at 4 (test_sweep_fake) on a busy 2-core host: a freeze in the
+    # hold at 8 streams left the monitor's window too few readings at the plateau for its
+    # seq-cap rule, and it read only "possibly cpu-bound" (0.3: no GPU data). 4 ran and 4
+    # waited all the same: the knee is a cap of 4, not the CPU (the sweep said cpu-bound,
+    # no cap).
+    def weak(s: StepResult, verdict: str = "cpu-bound") -> StepResult:
+        return s.model_copy(update={"verdict": verdict, "verdict_confidence": 0.3})
+
+    steps = [weak(step(1, 65.0, 0.144)), weak(step(2, 130.0, 0.145)),
+             weak(step(4, 246.3, 0.150)),
+             weak(step(8, 151.5, 0.286, waiting=4.0, waiting_p50=4.0, running=2.75,
+                        running_max=4))]  # fmt: skip
+    sat = find_saturation(steps)
+    assert (sat.concurrency, sat.cause, sat.inferred_cap) == (4, "seq-cap", 4), sat
+    # A quiet host's window reads no cause at all there: the same cap.
+    quiet = [weak(s, "unknown") for s in steps]
+    sat = find_saturation(quiet)
+    assert (sat.concurrency, sat.cause, sat.inferred_cap) == (4, "seq-cap", 4), sat
+    # A full KV cache at the plateau is the KV cache's cap.
+    kv = [*steps[:3], steps[3].model_copy(update={"kv_cache_usage_mean": 0.97})]
+    assert find_saturation(kv).cause == "kv-cap"
+    # Nor does a confident verdict at the knee itself, where the engine still ran all 4.
+    at_knee = [*steps[:2], steps[2].model_copy(update={"verdict_confidence": 0.6}), steps[3]]
+    assert find_saturation(at_knee).cause == "seq-cap"
+    # A confident verdict past the knee still names it: a GPU full, no cap to raise.
+    full = [*steps[:3], steps[3].model_copy(update={"verdict": "compute-bound",
+                                                    "verdict_confidence": 0.8})]  # fmt: skip
+    sat = find_saturation(full)
+    assert (sat.concurrency, sat.cause, sat.inferred_cap) == (4, "compute-bound", None), sat
+
+
 def _nothing_back(s: StepResult) -> StepResult:
     """The step as a hold in which nothing came back reads: no request, no token."""
     return s.model_copy(update={"requests_completed": 0, "requests_per_s": 0.0,

@@ -46,12 +46,15 @@ def test_closed_sweep_finds_the_cap_and_writes_every_output(fake_server, tmp_pat
     assert result["stopped"] == "complete"
     sat = result["saturation"]
     assert sat["reached"] and sat["concurrency"] == 4 and sat["inferred_cap"] == 4
-    assert (
-        result["goodput"]["met"] and result["goodput"]["concurrency"] == 4
-    )  # 8 queues: TTFT doubles
     steps = _effective(_steps(out))
     assert [s["concurrency"] for s in steps] == [1, 2, 4, 8]
     by_c = {s["concurrency"]: s for s in steps}
+    goodput = result["goodput"]
+    assert goodput["met"] and goodput["concurrency"] != 8  # 8 queues: TTFT doubles
+    # A freeze of the machine in a 2 s hold adds its length to the first token of every
+    # request in flight: under the 1 s that invalidates a step, it still lifts the p95 at 4
+    # past 0.12 s (seen with 0.1-0.9 s freezes). Only then may 4 miss the SLO.
+    assert goodput["concurrency"] == 4 or by_c[4]["host_stalls"] > 0, (goodput, by_c[4])
     # The fake sends the first token after 50 ms and one every 10 ms.
     assert 0.045 <= by_c[1]["ttft_p50_s"] <= 0.1
     assert 0.008 <= by_c[1]["itl_p50_s"] <= 0.02
