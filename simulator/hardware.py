@@ -158,11 +158,13 @@ def step_work(model: ModelSpec, chunks: list[tuple[int, int]], tp: int = 1) -> S
     tokens = 0
     attn_flops = 0.0
     kv_read = 0.0
+    # Each new token attends to every earlier one: QK^T and AV, 2 FLOPs per MAC.
+    per_pair = 4.0 * model.num_layers * model.hidden_size
+    kv_bytes = model.kv_bytes_per_token
     for n, past in chunks:
         tokens += n
-        # Each new token attends to every earlier one: QK^T and AV, 2 FLOPs per MAC.
-        attn_flops += 4.0 * model.num_layers * model.hidden_size * (n * past + n * (n + 1) / 2)
-        kv_read += past * model.kv_bytes_per_token
+        attn_flops += per_pair * (n * past + n * (n + 1) / 2)
+        kv_read += past * kv_bytes
     flops = 2.0 * model.params * tokens + attn_flops
     read = model.weight_bytes + kv_read
     write = tokens * model.kv_bytes_per_token

@@ -49,6 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       help="open loop at these request rates (req/s), or 'auto' for adaptive")  # fmt: skip
     p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
     p.add_argument("--max-concurrency", default=1024, help="adaptive ceiling (default 1024)")
+    p.add_argument("--start-concurrency", default=1, metavar="N",
+                   help="adaptive: the first load, doubled from there (default 1)")  # fmt: skip
+    p.add_argument("--refine-steps", default=2, metavar="N",
+                   help="adaptive: steps that bisect towards the knee once it is found "
+                   "(default 2; 0 takes the knee as the doubling found it)")  # fmt: skip
     p.add_argument("--step-seconds", default=30.0, help="hold per step (default 30)")
     p.add_argument("--warmup-seconds", default=10.0, help="excluded before each hold (default 10)")
     p.add_argument(
@@ -206,7 +211,8 @@ def _traffic_checks(args: argparse.Namespace) -> None:
 
 # Flags whose value goes unchanged into the SweepConfig field of the same name.
 _SWEEP_SAME_NAMED = (
-    "concurrency", "max_concurrency", "step_seconds", "warmup_seconds", "engine",
+    "concurrency", "max_concurrency", "start_concurrency", "refine_steps", "step_seconds",
+    "warmup_seconds", "engine",
     "dcgm_exporter", "workers", "external_workers", "master_bind", "master_port",
     "error_threshold",
 )  # fmt: skip

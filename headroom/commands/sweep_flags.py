@@ -53,6 +53,8 @@ class Rule:
 
 RULES = (
     Rule("max_concurrency", int, 1),
+    Rule("start_concurrency", int, 1),
+    Rule("refine_steps", int, 0),
     Rule("step_seconds", float, 0, above=True),
     Rule("warmup_seconds", float, 0),
     Rule("input_tokens", int, 1),
@@ -101,6 +103,11 @@ def read_numbers(args: argparse.Namespace) -> None:
         value = getattr(args, rule.dest)
         if isinstance(value, str):
             setattr(args, rule.dest, rule.read(value))
+    if args.start_concurrency > args.max_concurrency:
+        raise ConfigError(
+            f"--start-concurrency {args.start_concurrency} is above --max-concurrency "
+            f"{args.max_concurrency}: the sweep would measure nothing"
+        )
     if isinstance(args.concurrency, str):
         args.concurrency = read_list("--concurrency", args.concurrency, int)
     if args.rates is not None and args.rates.strip() != "auto":

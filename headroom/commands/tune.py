@@ -22,9 +22,9 @@ examples:
 """
 
 # The sweep's flags a tune passes on to each run's sweep (its defaults otherwise).
-SWEEP_FLAGS = ("model", "api", "max_concurrency", "step_seconds", "warmup_seconds",
-               "input_tokens", "output_tokens", "sample_interval", "request_timeout", "engine",
-               "seed")  # fmt: skip
+SWEEP_FLAGS = ("model", "api", "max_concurrency", "start_concurrency", "refine_steps",
+               "step_seconds", "warmup_seconds", "input_tokens", "output_tokens",
+               "sample_interval", "request_timeout", "engine", "seed")  # fmt: skip
 
 
 HELP = "launch the engine, sweep it, change the knob the cause names, relaunch"

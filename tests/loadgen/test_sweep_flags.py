@@ -26,6 +26,8 @@ TABLE = [
     ("--target-rate", ["0", "-2", "x", "inf"], "a number above 0"),
     ("--margin", ["-0.1", "11", "x"], "a number from 0 to 10"),
     ("--max-concurrency", ["0", "-2", "many"], "an integer, 1 or more"),
+    ("--start-concurrency", ["0", "-1", "1.5"], "an integer, 1 or more"),
+    ("--refine-steps", ["-1", "x"], "an integer, 0 or more"),
     ("--max-num-seqs", ["0", "-8", "1.5"], "an integer, 1 or more"),
     ("--max-num-batched-tokens", ["0", "x"], "an integer, 1 or more"),
     ("--step-seconds", ["0", "-1", "inf", "x"], "a number above 0"),
@@ -77,3 +79,13 @@ def test_every_numeric_flag_is_in_the_table() -> None:
                and not isinstance(a.default, bool)} | {r.dest for r in RULES}  # fmt: skip
     tested = {flag.removeprefix("--").replace("-", "_") for flag, _, _ in TABLE}
     assert numeric - tested == set()
+
+
+def test_a_start_above_the_ceiling_is_one_line_before_any_load(tmp_path, capsys) -> None:
+    out = tmp_path / "o"
+    rc = main(["sweep", "--target", f"http://127.0.0.1:{_closed_port()}",
+               "--start-concurrency", "64", "--max-concurrency", "32", "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1, err
+    assert "--start-concurrency 64 is above --max-concurrency 32" in err, err
+    assert not out.exists()

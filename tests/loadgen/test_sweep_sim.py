@@ -113,7 +113,7 @@ def test_kv_cap_saturates_where_the_cache_fills(sim, tmp_path) -> None:
         h,
         tmp_path / "k",
         "--concurrency",
-        "2,4,8,16",
+        "4,8,16",
         "--input-tokens",
         "512",
         "--output-tokens",

@@ -1,8 +1,8 @@
 """`headroom tune` launching the simulator for real: follow the cause, record, resume, fail well.
 
-Real time, kept short: 2 s steps after 1 s warm-up and a concurrency ceiling of 32 (each
-run's sweep is about half a minute on two cores; a step at the knee completes 75-150
-requests of 32 tokens)."""
+Real time, kept short: 2 s steps after 1 s warm-up, from 4 streams up to 32 without
+bisecting the knee (each run's sweep is 3-4 steps, about 15 s on two cores; a step at the
+knee completes 75-150 requests of 32 tokens)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ LAUNCH = (
     "--max-num-seqs {max_num_seqs}"
 )
 SHORT = ["--step-seconds", "2", "--warmup-seconds", "1", "--sample-interval", "0.5",
-         "--input-tokens", "128", "--output-tokens", "32", "--max-concurrency", "32", "--quiet"]  # fmt: skip
+         "--input-tokens", "128", "--output-tokens", "32", "--start-concurrency", "4",
+         "--max-concurrency", "32", "--refine-steps", "0", "--quiet"]  # fmt: skip
 
 
 def tune(out: Path, *flags: str, launch: str = LAUNCH) -> int:
@@ -44,6 +45,8 @@ def test_tune_follows_seq_cap_and_resumes(tmp_path: Path) -> None:
     assert (out / "run-00" / "sweep.json").exists() and (out / "tune.md").exists()
     # Each step keeps its window's what-if in sweep.json; the CSV leaves the list out.
     steps = json.loads((out / "run-00" / "sweep.json").read_text())["steps"]
+    # The tune hands the sweep its adaptive flags: from 4, doubled, the knee not bisected.
+    assert [s["concurrency"] for s in steps] == [4, 8, 16], steps
     assert any(w["knob"] == "max_num_seqs" for s in steps for w in s["whatif"] or [])
     # ... taken with the cap the run was launched with, not one inferred from a plateau.
     said = [m for s in steps for w in s["whatif"] or [] for m in w["basis"]["measured"]]

@@ -90,7 +90,10 @@ async def test_panels_follow_engines_and_gpus_that_come_and_go(settle: bool, ord
         assert sorted(shown_gpus) == list(range(gpus))
 
 
-WINDOW_S, INTERVAL_S = 1.0, 0.2
+# Each switch waits a window and two readings past it (5 readings, 1.0 s; 1.4 s with a 1 s
+# window): a shorter window still holds the old engine beside the new one at the next
+# switch, and readings at the same pace cost the app no more frames to draw.
+WINDOW_S, INTERVAL_S = 0.6, 0.2
 
 
 def _switch_and_wait(app: HeadroomApp, name: str, timeout: float = 45.0) -> None:
