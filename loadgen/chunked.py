@@ -23,17 +23,15 @@ class ChunkError(ValueError):
 class ChunkedBody:
     """Feed the raw body bytes; get back the payload they carry."""
 
-    __slots__ = ("_state", "_left", "_buf")
+    __slots__ = ("_state", "_left", "_buf", "done")
 
     def __init__(self) -> None:
         self._state = _SIZE
         self._left = 0  # bytes of the current chunk's data still to come
         self._buf = b""  # a size or trailer line, or a chunk's CRLF, still arriving
-
-    @property
-    def done(self) -> bool:
-        """The last (empty) chunk and the trailers have arrived: the body is complete."""
-        return self._state == _DONE
+        # The last (empty) chunk and the trailers have arrived: the body is complete. A
+        # plain attribute, not a property: the reader asks after every token.
+        self.done = False
 
     def feed(self, data: bytes) -> bytes:
         """The payload in ``data`` (b"" if none completes here); raises ChunkError on bad framing."""
@@ -100,6 +98,7 @@ class ChunkedBody:
                 if state == _TRAILER:
                     if not line:
                         self._state = _DONE
+                        self.done = True
                     continue
                 size_text = line.split(b";", 1)[0].strip(b" \t")
                 if not size_text or len(size_text) > 16 or not _HEX.issuperset(size_text):

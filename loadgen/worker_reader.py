@@ -73,13 +73,13 @@ class Stream:
         payload = chunks.feed(data)
         if payload:
             self.nbytes += len(payload)
-            parser = self.parser
-            if parser.state.first_token_at is None:
+            if self.first_kernel is None:  # no token yet (set with the first)
+                parser = self.parser
                 parser.feed(payload, stamp)
                 if parser.state.first_token_at is not None:
                     self.first_kernel = kernel
             else:
-                parser.feed(payload, stamp)
+                self.parser.feed(payload, stamp)
             self.end = stamp
         if chunks.done:
             # The body ended where the parser never looked: the connection goes back to the
