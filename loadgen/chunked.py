@@ -37,7 +37,12 @@ class ChunkedBody:
         """The payload in ``data`` (b"" if none completes here); raises ChunkError on bad framing."""
         if self._state == _SIZE and not self._buf:
             # Whole chunks, as engines write an event: "<hex>\r\n<data>\r\n"; one a read,
-            # or several when the reader comes late.
+            # or several when the reader comes late. One first: nearly every read.
+            i = data.find(b"\r\n")
+            if 0 < i <= 16 and data.endswith(b"\r\n"):
+                head = data[:i]
+                if _HEX.issuperset(head) and int(head, 16) == len(data) - i - 4 > 0:
+                    return data[i + 2 : -2]
             out: list[bytes] | None = None
             pos, n = 0, len(data)
             while True:
