@@ -23,23 +23,26 @@ class ChunkError(ValueError):
 class ChunkedBody:
     """Feed the raw body bytes; get back the payload they carry."""
 
-    __slots__ = ("_state", "_left", "_buf")
+    __slots__ = ("_state", "_left", "_buf", "done")
 
     def __init__(self) -> None:
         self._state = _SIZE
         self._left = 0  # bytes of the current chunk's data still to come
         self._buf = b""  # a size or trailer line, or a chunk's CRLF, still arriving
-
-    @property
-    def done(self) -> bool:
-        """The last (empty) chunk and the trailers have arrived: the body is complete."""
-        return self._state == _DONE
+        # The last (empty) chunk and the trailers have arrived: the body is complete. A
+        # plain attribute, not a property: the reader asks after every token.
+        self.done = False
 
     def feed(self, data: bytes) -> bytes:
         """The payload in ``data`` (b"" if none completes here); raises ChunkError on bad framing."""
         if self._state == _SIZE and not self._buf:
             # Whole chunks, as engines write an event: "<hex>\r\n<data>\r\n"; one a read,
-            # or several when the reader comes late.
+            # or several when the reader comes late. One first: nearly every read.
+            i = data.find(b"\r\n")
+            if 0 < i <= 16 and data.endswith(b"\r\n"):
+                head = data[:i]
+                if _HEX.issuperset(head) and int(head, 16) == len(data) - i - 4 > 0:
+                    return data[i + 2 : -2]
             out: list[bytes] | None = None
             pos, n = 0, len(data)
             while True:
@@ -100,6 +103,7 @@ class ChunkedBody:
                 if state == _TRAILER:
                     if not line:
                         self._state = _DONE
+                        self.done = True
                     continue
                 size_text = line.split(b";", 1)[0].strip(b" \t")
                 if not size_text or len(size_text) > 16 or not _HEX.issuperset(size_text):

@@ -107,6 +107,8 @@ class _State:
         self.headers: dict[str, str] = {}
         self.path = "/v1/completions"
         self.ids = count()
+        # (config, body's head, body's tail): see _body.
+        self.body_parts: tuple[WorkerConfig, bytes, bytes] | None = None
 
 
 STATE = _State()
@@ -150,16 +152,34 @@ def _setup(cfg: WorkerConfig) -> None:
 
 
 def _body(p: Prompt, cfg: WorkerConfig) -> bytes:
-    body: dict[str, Any] = {"model": cfg.model, "max_tokens": p.max_tokens, "stream": True}
+    """The request's JSON: the config's part encoded once a run, the prompt's each request.
+
+    The same bytes as ``json.dumps`` of the whole dict in this key order, compact; only the
+    prompt (or the messages) and max_tokens change between requests.
+    """
+    parts = STATE.body_parts
+    if parts is None or parts[0] is not cfg:
+        parts = STATE.body_parts = (cfg, *_body_parts(cfg))
+    _cfg, head, tail = parts
     if p.messages is not None:
-        body["messages"] = list(p.messages)
+        payload = b',"messages":' + _dumps(list(p.messages)).encode()
     else:
-        body["prompt"] = p.prompt
+        payload = b',"prompt":' + _dumps(p.prompt).encode()
+    return b'%s%d,"stream":true%s%s' % (head, p.max_tokens, payload, tail)
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _body_parts(cfg: WorkerConfig) -> tuple[bytes, bytes]:
+    """What comes before max_tokens' value, and what follows the prompt."""
+    head = b'{"model":' + _dumps(cfg.model).encode() + b',"max_tokens":'
+    tail = b""
     if cfg.include_usage:
-        body["stream_options"] = {"include_usage": True}
+        tail += b',"stream_options":{"include_usage":true}'
     if cfg.ignore_eos:
-        body["ignore_eos"] = True
-    return json.dumps(body, separators=(",", ":")).encode()
+        tail += b',"ignore_eos":true'
+    return head, tail + b"}"
 
 
 class _Sender:
@@ -352,7 +372,6 @@ def stream_one(
         if STATE.max_lag is None or lag > STATE.max_lag:
             STATE.max_lag = lag
     end = t0
-    nbytes = 0
     first_kernel: bool | None = None
     body: worker_reader.Stream | None = None
     # One deadline for the whole request rather than a socket timeout, which gevent
@@ -362,7 +381,7 @@ def stream_one(
     try:
         if isinstance(sender, ValueError):
             raise sender
-        # No Locust event per request from the session: one is fired once the stream ends.
+        # No Locust event per request: Locust's stats are not what the sweep reads.
         resp, rest, kernel, kwall = sender.send(data, extra)
         if resp.status_code >= 400:
             if rest:
@@ -398,7 +417,7 @@ def stream_one(
             else:
                 if rest:
                     raw.feed(rest)
-                nbytes, end, first_kernel, error = _read_body(raw, kernel, parser, stamp, end)
+                _n, end, first_kernel, error = _read_body(raw, kernel, parser, stamp, end)
             parser.finish(end)
             st = parser.state
             if error is None and st.error:
@@ -423,7 +442,7 @@ def stream_one(
     finally:
         deadline.close()
     if body is not None:  # read by the reader greenlet, however it ended
-        nbytes, end, first_kernel = body.nbytes, max(end, body.end), body.first_kernel
+        end, first_kernel = max(end, body.end), body.first_kernel
     end = max(end, time.perf_counter()) if error else end
     st = parser.state
     e2e = end - t0
@@ -435,17 +454,6 @@ def stream_one(
                         None if ttft is None else first_kernel, p.input_tokens,
                         p.max_tokens, turn, trace_id)  # fmt: skip
     _emit(rec)
-    # One Locust event a request (its TTFT rides in the context): Locust's own stats are
-    # not what the sweep reads, and each event costs a stats update in every process.
-    user.environment.events.request.fire(
-        request_type="POST",
-        name=STATE.path,
-        response_time=e2e * 1000.0,
-        response_length=nbytes,
-        exception=RuntimeError(error) if error else None,
-        context={"ttft": ttft, "output_tokens": out},
-        response=None,
-    )
     if turn is None or error is not None:
         return None
     return "".join(st.text)
@@ -532,16 +540,30 @@ class ClosedLoopUser(FastHttpUser):
 
     @task
     def one(self) -> None:
+        """The user's requests, back to back, until Locust kills the user.
+
+        Locust would run this task once a request, and between two its task scheduling and
+        a trip through gevent's hub (a wait time of 0 sleeps): a poll of every socket per
+        request. Looping here skips both. Locust stops a user by killing its greenlet (no
+        stop_timeout is set), mid-request as before.
+        """
         cfg = STATE.config
         assert cfg is not None and STATE.prompts is not None
-        first = cfg.dephase and not self.__dict__.get("_hr_started")
-        self._hr_started = True
-        if cfg.turns > 1:
-            # The first conversation ends at a random turn, its last reply cut short: a
-            # conversation's history is then always whole replies.
-            run_session(self, random.randint(1, cfg.turns) if first else None)
-        else:
-            stream_one(self, None, _dephased(STATE.prompts.next()) if first else None)
+        loop = gevent.get_hub().loop
+        while True:
+            first = cfg.dephase and not self.__dict__.get("_hr_started")
+            self._hr_started = True
+            polls = loop.iteration
+            if cfg.turns > 1:
+                # The first conversation ends at a random turn, its last reply cut short: a
+                # conversation's history is then always whole replies.
+                run_session(self, random.randint(1, cfg.turns) if first else None)
+            else:
+                stream_one(self, None, _dephased(STATE.prompts.next()) if first else None)
+            if loop.iteration == polls:
+                # It never waited (dropped at the in-flight cap, a connection refused at
+                # once): let the other greenlets run before the next.
+                gevent.sleep(0)
 
 
 def _dephased(p: Prompt) -> Prompt:

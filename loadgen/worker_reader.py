@@ -35,6 +35,7 @@ _CMSG = rxstamp.cmsg_space()
 _unpack = rxstamp.TIMESPEC.unpack_from
 _SO_TIMESTAMPNS = rxstamp.SO_TIMESTAMPNS
 _SOL_SOCKET = socket.SOL_SOCKET
+_MAX_AGE_S = rxstamp.MAX_AGE_S
 _INET = (socket.AF_INET, socket.AF_INET6)
 _perf = time.perf_counter
 _wall = time.time
@@ -72,13 +73,13 @@ class Stream:
         payload = chunks.feed(data)
         if payload:
             self.nbytes += len(payload)
-            parser = self.parser
-            if parser.state.first_token_at is None:
+            if self.first_kernel is None:  # no token yet (set with the first)
+                parser = self.parser
                 parser.feed(payload, stamp)
                 if parser.state.first_token_at is not None:
                     self.first_kernel = kernel
             else:
-                parser.feed(payload, stamp)
+                self.parser.feed(payload, stamp)
             self.end = stamp
         if chunks.done:
             # The body ended where the parser never looked: the connection goes back to the
@@ -132,43 +133,46 @@ class StreamReader:
             watcher.close()
 
     def _readable(self, stream: Stream) -> None:
-        """The watcher's callback, run by the hub: read, stamp and parse what has arrived."""
+        """The watcher's callback, run by the hub: read, stamp and parse what has arrived.
+
+        Runs for every token of every stream: one function, its names bound locally.
+        """
         if stream.watcher is None:
             return
         try:
-            # A kernel stamp becomes a perf_counter time by the offset between the two clocks.
-            self._step(stream, _wall() - _perf())
+            sock = stream.sock
+            if stream.kernel:
+                try:
+                    data, anc, _flags, _addr = sock.recvmsg(RECV_BYTES, _CMSG)
+                except (BlockingIOError, InterruptedError):
+                    return
+                stamp, kernel = _perf(), False
+                for level, kind, payload in anc:
+                    if level == _SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+                        sec, nsec = _unpack(payload)
+                        # The kernel's wall-clock stamp as a perf_counter time: less the
+                        # offset between the two clocks.
+                        at = sec + nsec * 1e-9 - (_wall() - stamp)
+                        # As rxstamp.to_perf: a stamp from the future or long ago is not trusted.
+                        if stamp - _MAX_AGE_S <= at <= stamp + 1e-3:
+                            kernel = True
+                            if at < stamp:
+                                stamp = at
+                        break
+            else:
+                try:
+                    data = sock.recv(RECV_BYTES)
+                except (BlockingIOError, InterruptedError):
+                    return
+                stamp, kernel = _perf(), False
+            if not data:
+                self._finish(stream, "connection closed mid-stream")
+                return
+            stream.feed(data, stamp, kernel)
+            if stream.raw.message_complete:
+                self._finish(stream, None)
         except Exception as exc:  # the hub must not see it: it would fail the stream's reader
             self._finish(stream, f"{type(exc).__name__}: {exc}"[:300])
-
-    def _step(self, stream: Stream, offset: float) -> None:
-        sock = stream.sock
-        if stream.kernel:
-            try:
-                data, anc, _flags, _addr = sock.recvmsg(RECV_BYTES, _CMSG)
-            except (BlockingIOError, InterruptedError):
-                return
-            stamp, kernel = _perf(), False
-            for level, kind, payload in anc:
-                if level == _SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
-                    sec, nsec = _unpack(payload)
-                    at = sec + nsec * 1e-9 - offset
-                    # As rxstamp.to_perf: a stamp from the future or long ago is not trusted.
-                    if stamp - rxstamp.MAX_AGE_S <= at <= stamp + 1e-3:
-                        stamp, kernel = min(at, stamp), True
-                    break
-        else:
-            try:
-                data = sock.recv(RECV_BYTES)
-            except (BlockingIOError, InterruptedError):
-                return
-            stamp, kernel = _perf(), False
-        if not data:
-            self._finish(stream, "connection closed mid-stream")
-            return
-        stream.feed(data, stamp, kernel)
-        if stream.raw.message_complete:
-            self._finish(stream, None)
 
     def _finish(self, stream: Stream, error: str | None) -> None:
         if error is not None and stream.error is None:
