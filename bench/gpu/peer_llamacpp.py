@@ -127,7 +127,7 @@ def run_headroom(a: argparse.Namespace, url: str, load: float, work: Path) -> di
     out = work / f"headroom-{load}"
     cmd = [
         sys.executable, "-m", "headroom", "sweep", "--target", url, "--api", "completions",
-        *(("--rates", f"{load:g}", "--arrival", "constant") if a.open_loop
+        *(("--rates", f"{load:g}", "--arrival", a.arrival) if a.open_loop
           else ("--concurrency", str(load))),
         "--step-seconds", str(a.hold_s),
         "--warmup-seconds", str(a.warmup_s), "--input-tokens", str(a.input_tokens),
@@ -174,7 +174,8 @@ def guidellm_scenario(
     a: argparse.Namespace, url: str, load: float, report: Path, seed: int
 ) -> dict[str, Any]:
     """GuideLLM's run, as a scenario file: one concurrent benchmark of ``load`` streams, or
-    with --open-loop one of ``load`` requests/s sent at constant intervals.
+    with --open-loop one of ``load`` requests/s sent at constant intervals (or as Poisson
+    arrivals with --arrival poisson).
 
     Its synthetic prompts follow its seed: the same seed twice sends the same prompts, which
     llama-server then serves from its prompt cache (a TTFT of a few ms). Each run gets its
@@ -186,7 +187,7 @@ def guidellm_scenario(
                 "request_format": "/v1/completions", "stream": True, "http2": False,
             },
             "profile": {
-                **({"kind": "constant", "rate": [load]} if a.open_loop
+                **({"kind": a.arrival, "rate": [load]} if a.open_loop
                    else {"kind": "concurrent", "streams": [load]}),
                 "warmup": {"mode": "duration", "value": a.warmup_s},
             },
@@ -376,8 +377,13 @@ def table(a: argparse.Namespace, rows: list[dict[str, Any]], server_desc: str, c
         "gl cached: prompt tokens per request the server took from its cache",
         "load: "
         + (
-            "requests/s, open loop, sent at constant intervals by both (headroom sweep --rates R "
-            "--arrival constant; GuideLLM's constant profile)"
+            (
+                "requests/s, open loop, sent at constant intervals by both (headroom sweep --rates R "
+                "--arrival constant; GuideLLM's constant profile)"
+                if a.arrival == "constant"
+                else "requests/s, open loop, Poisson arrivals from both (headroom sweep --rates R "
+                "--arrival poisson; GuideLLM's poisson profile)"
+            )
             if a.open_loop
             else "concurrent streams, closed loop"
         )
@@ -499,6 +505,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--open-loop", action="store_true",
                    help="--loads are request rates (req/s), sent at constant intervals by both "
                    "clients: the same arrivals whatever the replies, so neither phase-locks")  # fmt: skip
+    p.add_argument("--arrival", choices=("constant", "poisson"), default="constant",
+                   help="with --open-loop: how both clients space their requests; poisson "
+                   "(exponential gaps) keeps two clients sharing a server from holding one "
+                   "fixed phase against each other, as constant intervals do")  # fmt: skip
     p.add_argument("--together", action="store_true",
                    help="both clients on the server at once, each at the load: the same server "
                    "state for both, so a drift of the server between runs cannot tell them apart")  # fmt: skip
