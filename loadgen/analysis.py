@@ -209,14 +209,22 @@ def _cause(
     steps past it (``beyond``: a step whose window held no engine reading says nothing,
     and the limit shows at every load past the knee), else at a, the knee itself.
 
-    Confident verdicts first, past the knee before at it. ``capped``: b queued while the engine ran no more at once than
-    a offered, the cap's own shape. A window of a few readings disturbed by a stall can
-    miss the plateau the monitor's cap rules want (4 running and 4 waiting at 8 streams
-    read "possibly cpu-bound" on a busy host): where no step past the knee names a cause
-    with confidence, the cap the numbers show is the cause, not the weak guess."""
+    Confident verdicts first, past the knee before at it. ``capped``: b queued while the
+    engine ran no more at once than a offered, the cap's own shape. A window of a few
+    readings disturbed by a stall can miss the plateau the monitor's cap rules want (4
+    running and 4 waiting at 8 streams read "possibly cpu-bound" on a busy host): where no
+    step past the knee names a cause with confidence, the cap the numbers show is the cause,
+    not the weak guess. Nor does memory-bound past a capped knee name it: its own fix is a
+    bigger batch (each step reads the weights once for every sequence in it), which is
+    raising the cap that holds running at the plateau (the simulator's seq-cap box at
+    --max-num-seqs 16 reads memory-bound at 16 streams and, with a stall in the window,
+    again at 32, where 16 run and 16 wait). A compute-bound GPU past it still names it:
+    a bigger batch buys it nothing."""
     if b.client_limited:
         return "client-limited"
     named = [s for s in (b, *beyond) if _confident(s)]
+    if capped:
+        named = [s for s in named if s.verdict != "memory-bound"]
     if named:
         return named[0].verdict
     if capped:

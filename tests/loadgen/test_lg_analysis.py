@@ -480,6 +480,11 @@ def test_a_cap_is_named_by_its_numbers_where_the_window_read_only_a_weak_guess()
                                                     "verdict_confidence": 0.8})]  # fmt: skip
     sat = find_saturation(full)
     assert (sat.concurrency, sat.cause, sat.inferred_cap) == (4, "compute-bound", None), sat
+    # Memory-bound past it does not: a bigger batch is its own fix, and the cap holds the batch.
+    decode = [*steps[:3], steps[3].model_copy(update={"verdict": "memory-bound",
+                                                      "verdict_confidence": 0.8})]  # fmt: skip
+    sat = find_saturation(decode)
+    assert (sat.concurrency, sat.cause, sat.inferred_cap) == (4, "seq-cap", 4), sat
 
 
 def _nothing_back(s: StepResult) -> StepResult:
