@@ -324,6 +324,34 @@ def test_adaptive_plan_measures_past_a_knee_it_found_at_its_top_step() -> None:
     assert AdaptivePlan(1, 16, refine=0).next(steps[:5]) is None
 
 
+def test_a_dip_that_a_heavier_load_climbs_out_of_is_not_the_knee() -> None:
+    # vLLM-CPU with --max-num-batched-tokens 256 (session 19): 4 streams read under 3,
+    # which named a knee at 3; then 8 streams did 42% more than 3.
+    dip = [step(1, 445, 0.5), step(2, 804, 0.55), step(4, 835, 1.0, running=3.7),
+           step(3, 954, 0.6, running=2.7), step(8, 1351, 1.2, running=7.1)]  # fmt: skip
+    sat = find_saturation(dip)
+    assert not sat.reached
+    # The sweep goes on doubling from its heaviest load instead of stopping at 3.
+    assert AdaptivePlan(1, 64).next(dip) == 16
+    # Before the heavier load climbed out of it, the dip was the knee: nothing was known yet.
+    early = find_saturation(dip[:4])
+    assert early.reached and early.concurrency == 3
+    # Found past the heavier loads, the knee says which load it left out.
+    more = [*dip, step(16, 1700, 2.0, running=14.0), step(32, 1720, 4.0, waiting=16, running=16,
+                                                          verdict="seq-cap")]  # fmt: skip
+    sat = find_saturation(more)
+    assert sat.reached and sat.concurrency == 16
+    assert "load 4 (835 tok/s" in sat.reason
+
+
+def test_a_plateau_that_sags_is_still_a_knee() -> None:
+    # Past the knee throughput sags and recovers within noise: no heavier load climbs out.
+    sag = [step(1, 445, 0.5), step(2, 804, 0.55), step(3, 954, 0.6), step(4, 835, 1.0),
+           step(8, 1000, 2.0)]  # fmt: skip
+    sat = find_saturation(sag)
+    assert sat.reached and sat.concurrency == 3 and "left out" not in sat.reason
+
+
 def test_adaptive_plan_stops_at_the_ceiling_and_on_errors() -> None:
     plan = AdaptivePlan(1, 4)
     steps = [step(1, 100, 1.0), step(2, 200, 1.0), step(4, 400, 1.0)]
