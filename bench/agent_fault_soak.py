@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.fixture_server import send_page  # noqa: E402
+from bench.fixture_server import DownableServer, send_page  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu-metrics-under-load.txt"
 CYCLE_S = 600.0
@@ -169,57 +169,19 @@ class Page:
         return ("\n".join(out) + "\n").encode()
 
 
-class PageServer:
+class PageServer(DownableServer):
+    """The page on 127.0.0.1: slow, garbage or down as the faults say."""
+
     def __init__(self, page: Page, t0: float) -> None:
         self.page = page
         self.t0 = t0
-        self.port = 0
-        self.httpd: ThreadingHTTPServer | None = None
-        self.conns: set[socket.socket] = set()
-        self.start()
+        super().__init__(self._answer)
 
-    def start(self) -> None:
-        page, t0, conns = self.page, self.t0, self.conns
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                conns.add(self.connection)
-
-            def do_GET(self) -> None:  # noqa: N802
-                if page.mode == "slow":
-                    time.sleep(3.0)
-                body = page.body(time.monotonic() - t0)
-                send_page(self, body, "text/plain; version=0.0.4")
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        class Server(ThreadingHTTPServer):
-            allow_reuse_address = True
-            daemon_threads = True
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass
-
-        self.httpd = Server(("127.0.0.1", self.port), Handler)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
-        for conn in list(self.conns):  # kept-alive connections too: a down server answers none
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-                conn.close()
-            except OSError:
-                pass
-        self.conns.clear()
+    def _answer(self, handler: BaseHTTPRequestHandler) -> None:
+        if self.page.mode == "slow":
+            time.sleep(3.0)
+        body = self.page.body(time.monotonic() - self.t0)
+        send_page(handler, body, "text/plain; version=0.0.4")
 
 
 # ---------------------------------------------------------------- the harness

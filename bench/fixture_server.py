@@ -3,13 +3,14 @@
 Keep-alive (HTTP/1.1) and TCP_NODELAY, as vLLM's uvicorn does: a server that closed
 after each response would bill a TCP connect to every scrape, and without NODELAY
 Nagle holds the body (a second write) for the client's delayed ACK, 40 ms a read.
+DownableServer is the page for fault tests and soaks: it goes down and comes back.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -58,3 +59,59 @@ def serving(body: bytes) -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that gave up on a slow answer is part of the fault
+
+
+class DownableServer:
+    """A page on 127.0.0.1 (HTTP/1.1) that goes down as a dying process does and comes back.
+
+    ``answer`` writes each GET's response. ``stop`` cuts the kept-alive connections too: a
+    server that is down answers none, not even on a connection opened before; ``start``
+    serves again on the same port.
+    """
+
+    def __init__(self, answer: Callable[[BaseHTTPRequestHandler], None]) -> None:
+        self.port = 0
+        self._httpd: ThreadingHTTPServer | None = None
+        conns: set[socket.socket] = set()
+        self._conns = conns
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                conns.add(self.connection)
+
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                answer(self)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+        self._handler = Handler
+        self.start()
+
+    def start(self) -> None:
+        self._httpd = _QuietServer(("127.0.0.1", self.port), self._handler)
+        self.port = self._httpd.server_address[1]
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        for conn in list(self._conns):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            except OSError:
+                pass
+        self._conns.clear()

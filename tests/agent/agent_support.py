@@ -3,12 +3,11 @@ endpoint serving real vLLM text, and an agent started on an ephemeral port."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from bench.fixture_server import DownableServer, send_page
 from monitor.serve.agent import Agent
 from monitor.serve.config import AgentConfig
 from monitor.sources.base import Reading
@@ -115,70 +115,27 @@ class FakeEngineSource:
         pass
 
 
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # a client that gave up on a slow answer is part of the test
-
-
-class Endpoint:
+class Endpoint(DownableServer):
     """A /metrics endpoint on 127.0.0.1 that can go down, turn slow, and come back on its port."""
 
     def __init__(self, body: bytes) -> None:
         self.body = body
         self.delay = 0.0
         self.hits = 0
-        self._conns: set[socket.socket] = set()
-        endpoint = self
+        super().__init__(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                endpoint._conns.add(self.connection)
-
-            def do_GET(self) -> None:
-                endpoint.hits += 1
-                if endpoint.delay:
-                    time.sleep(endpoint.delay)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(endpoint.body)))
-                self.end_headers()
-                self.wfile.write(endpoint.body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._handler = Handler
-        self.port = 0
-        self._start()
-
-    def _start(self) -> None:
-        self._httpd = _QuietServer(("127.0.0.1", self.port), self._handler)
-        self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
+    def _answer(self, handler: BaseHTTPRequestHandler) -> None:
+        self.hits += 1
+        if self.delay:
+            time.sleep(self.delay)
+        send_page(handler, self.body, "text/plain; version=0.0.4")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/metrics"
 
-    def stop(self) -> None:
-        """Go down as a dying process does: kept-alive connections are cut too."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        for conn in list(self._conns):
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-                conn.close()
-            except OSError:
-                pass
-        self._conns.clear()
-
     def restart(self) -> None:
-        self._start()
+        self.start()
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, step: float = 0.1) -> Any:
