@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis import QUEUE_MIN, QUEUE_SHARE
 from monitor.core.errors import ConfigError
 
 # A change predicted to gain less than this ends the tune (the what-if's own MIN_GAIN).
@@ -273,21 +272,13 @@ def _blind_spent(run: Mapping[str, Any], before: Mapping[str, Any] | None) -> st
 def _step_growth(sweep: Mapping[str, Any], knee: float) -> tuple[float, int, int] | None:
     """How a step lengthens with the sequences running, fitted to the sweep's own two
     highest steps up to the knee: a step takes running / tokens-per-second, and grows as
-    running ** exponent between them. (exponent, the two steps' concurrencies), or None.
-
-    Steps where requests queue are left out where two others remain: at a full KV cache
-    the step also carries preemptions and re-admissions, which a raised cap removes
-    (vLLM-CPU's kv-capped hold at 9.7 running read a step growing as running ** 1.0
-    against 0.34 below it, and predicted 0.80 of what the relaunch measured)."""
+    running ** exponent between them. (exponent, the two steps' concurrencies), or None."""
     steps = sorted(
         (s for s in sweep.get("steps") or []
          if s.get("valid") and s.get("concurrency") and s["concurrency"] <= knee
          and (s.get("running_mean") or 0.0) > 0 and (s.get("output_tokens_per_s") or 0.0) > 0),
         key=lambda s: s["concurrency"],
     )  # fmt: skip
-    free = [s for s in steps if not _queues(s)]
-    if len(free) >= 2 and free[-1]["running_mean"] >= 1.3 * free[0]["running_mean"]:
-        steps = free
     hi = steps[-1] if steps else None
     lo = next(
         (s for s in steps[::-1] if hi and s["running_mean"] * 1.3 <= hi["running_mean"]), None
@@ -298,13 +289,6 @@ def _step_growth(sweep: Mapping[str, Any], knee: float) -> tuple[float, int, int
     t_hi = hi["running_mean"] / hi["output_tokens_per_s"]
     exponent = math.log(t_hi / t_lo) / math.log(hi["running_mean"] / lo["running_mean"])
     return min(max(exponent, 0.0), 1.0), lo["concurrency"], hi["concurrency"]
-
-
-def _queues(step: Mapping[str, Any]) -> bool:
-    """A step of sweep.json where requests wait through the hold (analysis.queueing)."""
-    w = step.get("waiting_p50")
-    w = step.get("waiting_mean") if w is None else w
-    return w is not None and w >= QUEUE_MIN and w >= QUEUE_SHARE * (step.get("running_mean") or 0.0)
 
 
 def _knee_limits(sweep: Mapping[str, Any], knee: float | None) -> Mapping[str, float]:
