@@ -154,7 +154,7 @@ def test_cpu_bound_saturates_with_the_gpu_half_idle(sim, tmp_path) -> None:
         h,
         tmp_path / "u",
         "--concurrency",
-        "8,16,32,64,128",
+        "8,16,32,64",
         "--input-tokens",
         "128",
         "--output-tokens",
@@ -162,12 +162,13 @@ def test_cpu_bound_saturates_with_the_gpu_half_idle(sim, tmp_path) -> None:
     )
     sat = r["saturation"]
     steps = [(s["concurrency"], round(s["output_tokens_per_s"]), s["verdict"]) for s in r["steps"]]
-    # tok/s = n / (24 ms + 5 ms x n): +13% per doubling from 16 to 32, +7% from 32 to 64,
-    # +4% from 64 to 128. The knee of such a curve is soft: a few percent of noise on these
-    # machines moves it by a doubling, so any of 16-64 is the right answer; the cause is not.
-    assert sat["reached"] and sat["concurrency"] in (16, 32, 64), (sat, steps)
+    # tok/s = n / (24 ms + 5 ms x n): +13% per doubling from 16 to 32, +7% from 32 to 64.
+    # The knee of such a curve is soft: a few percent of noise on these machines moves it by
+    # a doubling, so 16 or 32 is the right answer; the cause is not. (A step at 128 streams
+    # cost 20 s of the suite: its requests of 5-6 s drain before the next step.)
+    assert sat["reached"] and sat["concurrency"] in (16, 32), (sat, steps)
     assert sat["cause"] == "cpu-bound", (sat, steps)
-    assert _by_load(r)[128]["gpu"]["util"] < 0.5, steps
+    assert _by_load(r)[64]["gpu"]["util"] < 0.5, steps
 
 
 def test_a_sweep_of_the_sim_reads_its_gpu_page_without_being_told(sim, tmp_path, capsys) -> None:
