@@ -313,7 +313,8 @@ def find_saturation(
     return Saturation(
         reached=False,
         **_measured_at(top),
-        reason=f"not reached: throughput still grew at the highest load ({load_of(ordered[-1]):g})",
+        reason=f"not reached: throughput still grew at the highest load ({load_of(ordered[-1]):g})"
+        + dips,
     )
 
 

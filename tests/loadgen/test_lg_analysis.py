@@ -330,7 +330,7 @@ def test_a_dip_that_a_heavier_load_climbs_out_of_is_not_the_knee() -> None:
     dip = [step(1, 445, 0.5), step(2, 804, 0.55), step(4, 835, 1.0, running=3.7),
            step(3, 954, 0.6, running=2.7), step(8, 1351, 1.2, running=7.1)]  # fmt: skip
     sat = find_saturation(dip)
-    assert not sat.reached
+    assert not sat.reached and "a dip left out: load 4" in sat.reason
     # The sweep goes on doubling from its heaviest load instead of stopping at 3.
     assert AdaptivePlan(1, 64).next(dip) == 16
     # Before the heavier load climbed out of it, the dip was the knee: nothing was known yet.
