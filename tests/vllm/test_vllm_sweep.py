@@ -62,8 +62,13 @@ def test_short_sweep_saturates_at_the_seq_cap(seq_cap_server: Any, tmp_path: Pat
     assert sorted(steps) == [1, 2, 4, 8]
     assert all(s["requests_failed"] == 0 for s in steps.values())
     # Below the cap, more streams bring more tokens; past it, only queueing (TTFT climbs).
+    # Past the cap the engine's own gauges say so: never more than the cap running, the rest
+    # waiting. Tokens/s alone cannot: on two cores a slot's rate moves 1.3x between steps of
+    # one sweep (858 tok/s at 4 streams and 1,094 at 8 in a CI run with the cap holding).
     assert steps[4]["output_tokens_per_s"] > 1.5 * steps[1]["output_tokens_per_s"]
-    assert steps[8]["output_tokens_per_s"] < 1.25 * steps[4]["output_tokens_per_s"]
+    assert steps[8]["running_max"] <= SEQ_CAP < steps[8]["running_mean"] + 0.5, steps[8]
+    assert steps[8]["waiting_mean"] > 0.5 * (8 - SEQ_CAP), steps[8]
+    assert steps[4]["waiting_mean"] < 0.5, steps[4]
     assert steps[8]["ttft_p50_s"] > 3 * steps[4]["ttft_p50_s"]
 
     sat = result["saturation"]
