@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from proc_support import stop
+from sim_sweep import SeqCapSweep, seq_cap_sweep
 
 FAKE = Path(__file__).with_name("fake_openai.py")
 
@@ -34,3 +35,10 @@ def fake_server() -> Iterator[Callable[..., str]]:
         stop(p, grace=10)
         if p.stdout is not None:
             p.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def seq_cap_sim_sweep(tmp_path_factory: pytest.TempPathFactory) -> SeqCapSweep:
+    """One sweep of the simulator's seq-cap box, shared by the tests that read it (read only:
+    a test that writes to it copies it first)."""
+    return seq_cap_sweep(tmp_path_factory.mktemp("seq-cap-sweep") / "s")

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
-from sim_sweep import sweep_sim
+from sim_sweep import SeqCapSweep
 
 from headroom.cli import main
 from loadgen.capacity import sweep_capacity
@@ -55,15 +56,12 @@ def test_no_step_meeting_the_slo_gives_no_box_count() -> None:
 
 
 def test_a_sweep_of_the_sim_sizes_for_a_target_and_states_energy_at_saturation(
-    tmp_path, capsys
+    seq_cap_sim_sweep: SeqCapSweep, tmp_path, capsys
 ) -> None:
+    # The seq-cap box swept with --slo ttft_p95=1 --target-rate 100 --margin 0.25
+    # --gpu-hour-price 3.6 (sim_sweep.SEQ_CAP_FLAGS); copied, as --from-results rewrites it.
     out = tmp_path / "s"
-    rc = sweep_sim("seq-cap", out, "--concurrency", "4,8,16",
-                   "--step-seconds", "4", "--warmup-seconds", "1.5", "--sample-interval", "0.5",
-                   "--input-tokens", "128", "--output-tokens", "64", "--slo", "ttft_p95=1",
-                   "--target-rate", "100", "--margin", "0.25", "--gpu-hour-price", "3.6")  # fmt: skip
-    assert rc == 0
-    console = capsys.readouterr()
+    shutil.copytree(seq_cap_sim_sweep.out, out)
     doc = json.loads((out / "sweep.json").read_text())
     steps = {s["index"]: s for s in doc["steps"]}
     cap = doc["capacity"]
@@ -80,7 +78,7 @@ def test_a_sweep_of_the_sim_sizes_for_a_target_and_states_energy_at_saturation(
     at = steps[sat["step_index"]]
     assert sat["energy_per_token_joules"] == at["energy_per_token_joules"] > 0
     assert sat["cost_per_million_tokens"] == at["cost_per_million_tokens"] > 0
-    text = console.out + console.err
+    text = seq_cap_sim_sweep.console
     assert f"capacity: {cap['boxes']} boxes of this config for 100 req/s" in text
     assert "margin 25%" in text
     assert f"at saturation: {sat['energy_per_token_joules']:.3g} J/token, $" in text

@@ -8,11 +8,11 @@ so the whole module takes a few minutes on two cores.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sim_sweep import SeqCapSweep
 
 from headroom.cli import main
 
@@ -64,28 +64,10 @@ def _by_load(result: dict) -> dict[int, dict]:
     }  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_seq_cap_saturates_at_max_num_seqs(sim, tmp_path) -> None:
-    # The box sends each request's span to the sweep (--otlp-listen), as vLLM can.
-    port = _free_port()
-    h = sim("seq-cap", otlp=f"http://127.0.0.1:{port}/v1/traces")  # max_num_seqs 8
-    r = sweep(
-        h,
-        tmp_path / "s",
-        "--concurrency",
-        "2,4,8,16",
-        "--input-tokens",
-        "128",
-        "--output-tokens",
-        "32",
-        "--otlp-listen",
-        str(port),
-    )
+def test_seq_cap_saturates_at_max_num_seqs(seq_cap_sim_sweep: SeqCapSweep) -> None:
+    # The box sends each request's span to the sweep (--otlp-listen), as vLLM can; 2, 4, 8
+    # and 16 streams on its max_num_seqs of 8.
+    r = seq_cap_sim_sweep.doc
     sat = r["saturation"]
     assert sat["reached"] and sat["concurrency"] == 8
     assert sat["cause"] == "seq-cap"
