@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ from loadgen.capacity import saturation_energy, sweep_capacity
 from loadgen.driver import LocustDriver, records_between
 from loadgen.engine_view import EngineView, engine_view
 from loadgen.otlp import PROTOCOL_HINT, TraceReceiver, median_request_parts
-from loadgen.outputs import jsonl
+from loadgen.outputs import jsonl, warm_up, write_all
 from loadgen.plan import AdaptivePlan, FixedPlan
 from loadgen.progress import Progress
 from loadgen.records import RequestRecord
@@ -526,6 +527,7 @@ class Sweep:
         stopped = "complete"
         error: HeadroomError | None = None
         self.probe.start()
+        warm: threading.Thread | None = None
         try:
             if c.otlp_listen:
                 host, _, port = c.otlp_listen.rpartition(":")
@@ -533,6 +535,7 @@ class Sweep:
                 self.progress.message(
                     f"listening for the engine's request spans at {self.traces.endpoint}"
                 )
+            warm = warm_up()
             self.driver.start()
             self.before = self._read_before(since)
             index = max((s.index for s in self.steps), default=-1) + 1
@@ -597,8 +600,8 @@ class Sweep:
                 self.traces.close()
         env.ended = time.time()
         result = self.result(env, stopped)
-        from loadgen.outputs import write_all
-
+        if warm is not None:
+            warm.join()
         write_all(self.out, result)
         if error is not None:
             raise error

@@ -9,6 +9,7 @@ Figures are plain ``Figure`` objects, not pyplot's: no backend to choose, nothin
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -314,6 +315,16 @@ def _title(ax, text: str, **kwargs) -> None:
     """The title at the top of the axes, where matplotlib would place it (nothing is drawn
     above these axes), without its search for labels in the way at each draw."""
     ax.set_title(text, y=1.0, **kwargs)
+
+
+def warm() -> None:
+    """Draw a small figure with text, to nowhere: the fonts and renderer a sweep's plots use
+    loaded ahead of them (outputs.warm_up)."""
+    fig = Figure(figsize=(2, 1))
+    ax = fig.add_subplot()
+    ax.plot([1, 2], [1, 2])
+    _title(ax, "warm-up", fontsize=10)
+    fig.savefig(io.BytesIO(), format="png", dpi=50)
 
 
 def _save(fig: Figure, path: Path) -> Path:
