@@ -323,26 +323,51 @@ def _without_dips(
 ) -> tuple[list[StepResult], str]:
     """The steps less those a later load climbed out of, and words naming them.
 
-    A step that did less than the load below it by more than the threshold, where a heavier
-    load then did more than any load up to the dip by over the threshold, is not where the
-    box stops: the heavier load shows the box had room (vLLM-CPU read 954, 835 and 1,351
-    tok/s at 3, 4 and 8 streams). Read as a knee it would end the sweep a doubling or more
-    early. A sag within the threshold is noise on a plateau, and stays."""
+    A step that did less than the load below it by more than the threshold (a dip), or that
+    gained under the threshold over it while a load twice as heavy or more then gained over
+    the load below it more than twice the threshold a doubling (a flat step), where the
+    heavier load also did more than any load up to the step by over the threshold, is not
+    where the box stops: the heavier load shows the box
+    had room. Read as a knee it would end the sweep a doubling or more early: vLLM-CPU read
+    954, 835 and 1,351 tok/s at 3, 4 and 8 streams; llama.cpp with 4 slots on a slowed
+    2-core box 177, 169, 275 and 271 at 1, 2, 4 and 8, a knee named at 1. A sag within the
+    threshold is noise on a plateau, and stays, as does a flat step that only flat steps
+    follow."""
     kept: list[StepResult] = []
-    dropped: list[str] = []
+    dips: list[str] = []
+    flats: list[str] = []
     for i, s in enumerate(ordered):
+        later = ordered[i + 1 :]
+        best_later = max((k.output_tokens_per_s for k in later), default=0.0)
         best_below = max((k.output_tokens_per_s for k in kept), default=0.0)
-        later = max((k.output_tokens_per_s for k in ordered[i + 1 :]), default=0.0)
-        floor = kept[-1].output_tokens_per_s * (1.0 - gain_threshold) if kept else 0.0
-        if s.output_tokens_per_s < floor and later > best_below * (1.0 + gain_threshold):
-            dropped.append(
-                f"load {load_of(s):g} ({s.output_tokens_per_s:.0f} tok/s, under "
-                f"{kept[-1].output_tokens_per_s:.0f} at {load_of(kept[-1]):g}; a heavier "
-                f"load reached {later:.0f})"
-            )
-            continue
+        if kept and best_later > best_below * (1.0 + gain_threshold):
+            below = kept[-1]
+            if s.output_tokens_per_s < below.output_tokens_per_s * (1.0 - gain_threshold):
+                dips.append(
+                    f"load {load_of(s):g} ({s.output_tokens_per_s:.0f} tok/s, under "
+                    f"{below.output_tokens_per_s:.0f} at {load_of(below):g}; a heavier "
+                    f"load reached {best_later:.0f})"
+                )
+                continue
+            # A whole doubling on at least, and across the flat step twice the threshold a
+            # doubling: a heavier load a little past a flat step on a soft curve, or a noisy
+            # one, gains as much as that over the step alone but not over the load below it.
+            climbed = [
+                k
+                for k in later
+                if load_of(k) >= 2 * load_of(s) and gain_per_doubling(below, k) > 2 * gain_threshold
+            ]
+            if gain_per_doubling(below, s) < gain_threshold and climbed:
+                flats.append(
+                    f"load {load_of(s):g} ({s.output_tokens_per_s:.0f} tok/s, "
+                    f"{100 * gain_per_doubling(below, s):+.0f}% per doubling over "
+                    f"{load_of(below):g}; load {load_of(climbed[0]):g} reached "
+                    f"{climbed[0].output_tokens_per_s:.0f})"
+                )
+                continue
         kept.append(s)
-    words = f"; a dip left out: {', '.join(dropped)}" if dropped else ""
+    words = f"; a dip left out: {', '.join(dips)}" if dips else ""
+    words += f"; a flat step left out: {', '.join(flats)}" if flats else ""
     return kept, words
 
 

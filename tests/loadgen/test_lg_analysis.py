@@ -324,6 +324,26 @@ def test_adaptive_plan_measures_past_a_knee_it_found_at_its_top_step() -> None:
     assert AdaptivePlan(1, 16, refine=0).next(steps[:5]) is None
 
 
+def test_a_flat_step_that_a_heavier_load_climbs_out_of_is_not_the_knee() -> None:
+    # llama.cpp with 4 slots on a 2-core box running at half its speed: 2 streams did no
+    # more than 1, and a knee was named at 1 ("seq-cap", the cap of 8 streams' step); then
+    # 4 streams did 55% more than 1, and 8 queued behind the 4 slots.
+    flat = [step(1, 177.5, 1.73), step(2, 169.1, 3.44), step(4, 275.3, 4.3, verdict="cpu-bound"),
+            step(8, 271.5, 8.6, waiting=3.8, running=4.0, verdict="seq-cap")]  # fmt: skip
+    sat = find_saturation(flat)
+    assert sat.reached and (sat.concurrency, sat.cause, sat.inferred_cap) == (4, "seq-cap", 4)
+    assert "a flat step left out: load 2 (169 tok/s, -5% per doubling over 1; load 4 reached" in (
+        sat.reason
+    )
+    # Before the heavier load climbed out of it, the flat step ended the ramp at 1.
+    early = find_saturation(flat[:2] + [step(4, 172.0, 6.9, verdict="cpu-bound")])
+    assert early.reached and early.concurrency == 1
+    # A flat step that only flat steps follow is the plateau: the knee stays below it.
+    plateau = [step(2, 500, 1.0), step(4, 980, 1.1), step(8, 1000, 2.0), step(16, 1050, 4.0)]
+    sat = find_saturation(plateau)
+    assert sat.reached and sat.concurrency == 4 and "left out" not in sat.reason
+
+
 def test_a_dip_that_a_heavier_load_climbs_out_of_is_not_the_knee() -> None:
     # vLLM-CPU with --max-num-batched-tokens 256 (session 19): 4 streams read under 3,
     # which named a knee at 3; then 8 streams did 42% more than 3.
