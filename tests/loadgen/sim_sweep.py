@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from headroom.cli import main
+from loadgen.tune import free_port
 from simulator import start_sim
 
 
@@ -27,12 +27,6 @@ def sweep_sim(scenario: str, out: Path, *flags: str, otlp_port: int | None = Non
                      "--out", str(out)])  # fmt: skip
     finally:
         h.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)
