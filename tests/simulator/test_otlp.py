@@ -217,8 +217,27 @@ def test_each_request_gets_one_span_that_splits_its_ttft(
         assert res["sent_wall"] - 0.05 <= start <= res["first_wall"] + 0.05
         assert end - start == pytest.approx(e2e, abs=1e-6)
 
-    queued = [s for s in spans if s["attrs"]["gen_ai.latency.time_in_queue"] > 0.01]
-    assert len(queued) >= 4
+    # A request that arrived while both slots were held waited at least until the first of
+    # them was let go: read from the spans' own times, since how far apart the six clients'
+    # requests arrive moves with the machine (a CI run that stalled saw 3 of them wait, not 4).
+    def times(span: dict[str, Any]) -> tuple[float, float, float]:
+        start = int(span["startTimeUnixNano"]) / 1e9
+        return (
+            start,
+            start + span["attrs"]["gen_ai.latency.time_in_queue"],
+            int(span["endTimeUnixNano"]) / 1e9,
+        )
+
+    waited = 0
+    for span in spans:
+        arrived, admitted, _ = times(span)
+        holders = [times(o) for o in spans if o is not span]
+        ends = [end for _, admit, end in holders if admit <= arrived < end]
+        if len(ends) >= 2:
+            waited += 1
+            assert admitted >= min(ends) - 1e-3, (arrived, admitted, sorted(ends))
+    # Six at once on two slots: some arrive while both are held, however the clients spread.
+    assert waited >= 1
     # The spans carry the very times the /metrics histograms observed.
     for name, key in (
         ("vllm:request_queue_time_seconds", "gen_ai.latency.time_in_queue"),
