@@ -31,8 +31,8 @@ SPARE = (
     "- max by ({by}) (headroom_engine_requests_per_second{sel})"
 )
 # GPU figures that are a counter's rate: each GPU's mean power from its energy counter,
-# between its last two scrapes (irate): rate() over a range divides by the whole range, so
-# for a range's length after an agent starts it reads a fraction of the power.
+# between the readings of its last two scrapes (irate): rate() over a range divides by the
+# whole range, so for a range's length after an agent starts it reads a fraction of it.
 GPU_RATES = {"power_watts": "headroom_gpu_energy_joules_total"}
 RATE_RANGE = "2m"
 ENGINE_KEY = ("url", "model_name", "engine")
@@ -49,9 +49,12 @@ def fleet_queries(host_label: str, matchers: str = "") -> dict[str, str]:
     for field, family in GPU_FAMILIES.items():
         out[f"gpu.{field}"] = f"max by ({by_gpu}) ({family}{sel})"
     for field, family in GPU_RATES.items():
-        # "and" the series now: a rate outlives its agent by the range, the series do not.
+        # "and" the agent's tick series now: a rate outlives its agent by the range, and
+        # the counter (stamped with its reading's time, so never marked stale by
+        # Prometheus) by five minutes; the tick series end at the agent's failed scrape.
         out[f"gpu.{field}"] = (
-            f"max by ({by_gpu}) (irate({family}{sel}[{RATE_RANGE}]) and {family}{sel})"
+            f"max by ({by_gpu}) (irate({family}{sel}[{RATE_RANGE}]) "
+            f"and on ({host_label}) headroom_agent_last_tick_timestamp_seconds{sel})"
         )
     for field, family in ENGINE_FAMILIES.items():
         out[f"engine.{field}"] = f"max by ({by_engine}) ({family}{sel})"

@@ -252,7 +252,11 @@ class GpuCollector(_ViewCollector):
             labels = [gpu_label(g), g.uuid, g.name, g.source]
             _fill(families, GPU_GAUGES, g, labels)
             if g.energy_joules_total is not None:
-                energy.add_metric([*labels, g.energy_source or "counter"], g.energy_joules_total)
+                energy.add_metric(
+                    [*labels, g.energy_source or "counter"],
+                    g.energy_joules_total,
+                    timestamp=g.energy_read_wall,
+                )
             for reason in g.throttle_reasons or ():
                 throttle.add_metric([*labels, reason], 1.0)
             _processes(window, g, labels, by_owner, containers)

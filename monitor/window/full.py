@@ -53,13 +53,17 @@ def _min(values: Iterable[float | None]) -> float | None:
 
 
 class _GpuList:
-    """A GPU's samples in the window, oldest first (``GpuReadings``)."""
+    """A GPU's samples in the window and their times, oldest first (``GpuReadings``)."""
 
-    def __init__(self, samples: Sequence[GpuSample]) -> None:
+    def __init__(self, samples: Sequence[GpuSample], times: Sequence[float]) -> None:
         self.samples = samples
+        self.times = times
 
     def last(self) -> GpuSample:
         return self.samples[-1]
+
+    def last_t(self) -> float:
+        return self.times[-1]
 
     def count(self) -> int:
         return len(self.samples)
@@ -149,8 +153,8 @@ class _HostList:
         return mean_present(s.cpu_freq_mhz for s in self.samples)
 
 
-def gpu_window(samples: Sequence[GpuSample]) -> GpuWindow:
-    return gpu_stats(_GpuList(samples))
+def gpu_window(samples: Sequence[GpuSample], times: Sequence[float]) -> GpuWindow:
+    return gpu_stats(_GpuList(samples, times))
 
 
 def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
@@ -213,7 +217,7 @@ def compute_window(
     if reach and start is not None:
         before = [s for s in snapshots if s.t < start]
         baselines = _baselines(before, snaps[0], snaps, reach)
-    gpu_groups: dict[GpuKey, list[GpuSample]] = {}
+    gpu_groups: dict[GpuKey, tuple[list[GpuSample], list[float]]] = {}
     engine_groups: dict[EngineKey, tuple[list[EngineSample], list[float]]] = {}
     host_samples: list[HostSample] = []
     host_times: list[float] = []
@@ -222,7 +226,9 @@ def compute_window(
     for snap, only_gpus, only_engines, with_host in readings:
         for g in snap.gpus:
             if only_gpus is None or gpu_key(g) in only_gpus:
-                gpu_groups.setdefault(gpu_key(g), []).append(g)
+                gpu_samples, gpu_times = gpu_groups.setdefault(gpu_key(g), ([], []))
+                gpu_samples.append(g)
+                gpu_times.append(snap.t)
         for e in snap.engines:
             if only_engines is None or engine_key(e) in only_engines:
                 samples, times = engine_groups.setdefault(engine_key(e), ([], []))
@@ -238,7 +244,7 @@ def compute_window(
         snaps[0],
         snaps[-1],
         len(snaps),
-        {k: _GpuList(v) for k, v in gpu_groups.items()},
+        {k: _GpuList(s, t) for k, (s, t) in gpu_groups.items()},
         (_EngineList(s, t) for s, t in engine_groups.values()),
         _HostList(host_samples, host_times) if host_samples else None,
         ((k, sum(v) / len(v)) for k, v in load_acc.items()),

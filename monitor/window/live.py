@@ -304,6 +304,9 @@ class _GpuGroup(_Group):
     def last(self) -> samples.GpuSample:
         return self.entries[-1][2]
 
+    def last_t(self) -> float:
+        return self.entries[-1][1]
+
     def count(self) -> int:
         return len(self.entries)
 

@@ -194,6 +194,10 @@ class GpuWindow:
     energy_joules: float | None = None
     energy_source: str | None = None
     energy_joules_total: float | None = None
+    # When the reading energy_joules_total is from was taken (Unix time): the exporter stamps
+    # the counter with it, so a rate over two scrapes divides by the time between the two
+    # readings, not between the scrapes (a tick late by half an interval read 1.5x the power).
+    energy_read_wall: float | None = None
 
     @property
     def pcie_peak_bytes_per_s(self) -> float | None:
@@ -404,6 +408,7 @@ class GpuReadings(Protocol):
     """What a window holds of one GPU, however it keeps it."""
 
     def last(self) -> samples.GpuSample: ...
+    def last_t(self) -> float: ...  # the monotonic time of the newest reading
     def count(self) -> int: ...
     def mean(self, field: str) -> float | None: ...  # a GPU_MEANS field
     def util_max(self) -> float | None: ...
@@ -437,14 +442,19 @@ class HostReadings(Protocol):
     def freq_mean(self) -> float | None: ...
 
 
-def gpu_stats(r: GpuReadings) -> GpuWindow:
-    """A GPU's window: what its newest reading says, and its figures over the window."""
+def gpu_stats(r: GpuReadings, now: samples.Snapshot | None = None) -> GpuWindow:
+    """A GPU's window: what its newest reading says, and its figures over the window.
+    ``now``: the window's newest snapshot, whose clocks date the GPU's newest reading."""
     last = r.last()
+    read_wall = None
+    if now is not None and last.energy_joules is not None:
+        read_wall = now.wall - (now.t - r.last_t())
     return GpuWindow(
         **{name: getattr(last, name) for name in GPU_FROM_LAST},
         pcie_link_gen=None if last.pcie_link_gen is None else int(last.pcie_link_gen),
         pcie_link_width=None if last.pcie_link_width is None else int(last.pcie_link_width),
         energy_joules_total=last.energy_joules,
+        energy_read_wall=read_wall,
         util_max=r.util_max(),
         throttle_reasons=r.throttle_reasons(),
         samples=r.count(),
@@ -589,7 +599,7 @@ def window_stats(
         end=last.t,
         wall_end=last.wall,
         samples=count,
-        gpus=tuple(gpu_stats(gpus[k]) for k in sorted(gpus, key=lambda k: (k[2], k[1]))),
+        gpus=tuple(gpu_stats(gpus[k], last) for k in sorted(gpus, key=lambda k: (k[2], k[1]))),
         engines=tuple(engine_stats(e) for e in engines),
         host=host_stats(host) if host is not None else None,
         errors=last.errors,

@@ -198,6 +198,36 @@ def test_an_engine_page_without_a_kv_gauge_is_said_missing_not_zero() -> None:
     assert m["headroom_engine_requests_waiting"][0][1] == 7.0
 
 
+def test_the_energy_counter_carries_the_time_its_reading_was_taken() -> None:
+    # Prometheus then rates the counter over the time between two readings, not between two
+    # scrapes: a tick that ran late no longer reads as a burst of power. A GPU its source
+    # read last three ticks ago carries that tick's time, not the window's end.
+    stats = five_ticks(
+        lambda i: (
+            h200(0, "GPU-a", energy_joules=300.0 * i, energy_source="counter"),
+            *((h200(1, "GPU-b", energy_joules=50.0 * i),) if i <= 1 else ()),
+        ),
+        lambda i: (),
+    )
+    text = generate_latest(build_registry(View(stats, None), SelfStats())).decode()
+    stamps = {
+        s.labels["gpu"]: (s.value, s.timestamp)
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "headroom_gpu_energy_joules_total"
+    }
+    assert stamps == {"0": (1200.0, 1004.0), "1": (50.0, 1001.0)}
+    # The gauges are the window's figures as of the scrape: no timestamp, so Prometheus
+    # marks them stale when the agent goes.
+    stamped = {
+        s.name
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.timestamp is not None
+    }
+    assert stamped == {"headroom_gpu_energy_joules_total"}
+
+
 def test_a_reading_made_later_is_stamped_with_the_time_the_source_read() -> None:
     # The agent parses an engine page a few ticks after fetching it: the source's last
     # success is when it answered, not when its page was parsed.
