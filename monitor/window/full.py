@@ -9,6 +9,7 @@ its running sums to.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 from monitor.sources.samples import (
     EngineSample,
@@ -41,6 +42,8 @@ from monitor.window.stats import (
     window_stats,
 )
 
+S = TypeVar("S")
+
 
 def _max(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
@@ -52,14 +55,17 @@ def _min(values: Iterable[float | None]) -> float | None:
     return min(present) if present else None
 
 
-class _GpuList:
-    """A GPU's samples in the window and their times, oldest first (``GpuReadings``)."""
+class _Timed(Generic[S]):
+    """One GPU's, engine's or the host's samples in the window and their times, oldest first."""
 
-    def __init__(self, samples: Sequence[GpuSample], times: Sequence[float]) -> None:
+    def __init__(self, samples: Sequence[S], times: Sequence[float]) -> None:
         self.samples = samples
         self.times = times
 
-    def last(self) -> GpuSample:
+    def first(self) -> S:
+        return self.samples[0]
+
+    def last(self) -> S:
         return self.samples[-1]
 
     def last_t(self) -> float:
@@ -68,8 +74,15 @@ class _GpuList:
     def count(self) -> int:
         return len(self.samples)
 
+    def elapsed(self) -> float:
+        return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
+
     def mean(self, field: str) -> float | None:
         return mean_present(getattr(s, field) for s in self.samples)
+
+
+class _GpuList(_Timed[GpuSample]):
+    """A GPU's readings (``GpuReadings``)."""
 
     def util_max(self) -> float | None:
         return _max(s.util for s in self.samples)
@@ -91,24 +104,8 @@ class _GpuList:
         return counter_increase([s.energy_joules for s in self.samples])
 
 
-class _EngineList:
-    """An engine's samples in the window and their times, oldest first (``EngineReadings``)."""
-
-    def __init__(self, samples: Sequence[EngineSample], times: Sequence[float]) -> None:
-        self.samples = samples
-        self.times = times
-
-    def last(self) -> EngineSample:
-        return self.samples[-1]
-
-    def count(self) -> int:
-        return len(self.samples)
-
-    def elapsed(self) -> float:
-        return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
-
-    def mean(self, field: str) -> float | None:
-        return mean_present(getattr(s, field) for s in self.samples)
+class _EngineList(_Timed[EngineSample]):
+    """An engine's readings (``EngineReadings``)."""
 
     def extreme(self, field: str, most: bool) -> float | None:
         return (_max if most else _min)(getattr(s, field) for s in self.samples)
@@ -133,21 +130,8 @@ class _EngineList:
         )
 
 
-class _HostList:
-    """The host's samples in the window and their times, oldest first (``HostReadings``)."""
-
-    def __init__(self, samples: Sequence[HostSample], times: Sequence[float]) -> None:
-        self.samples = samples
-        self.times = times
-
-    def first(self) -> HostSample:
-        return self.samples[0]
-
-    def last(self) -> HostSample:
-        return self.samples[-1]
-
-    def elapsed(self) -> float:
-        return self.times[-1] - self.times[0] if len(self.times) >= 2 else 0.0
+class _HostList(_Timed[HostSample]):
+    """The host's readings (``HostReadings``)."""
 
     def freq_mean(self) -> float | None:
         return mean_present(s.cpu_freq_mhz for s in self.samples)
