@@ -543,8 +543,11 @@ def overview() -> dict[str, Any]:
         (
             # irate: the last two samples in the range, so the panel reads full power
             # from an agent's second scrape; rate() over a range divides by all of it
-            # and reads low for that long after an agent starts.
-            f"irate(headroom_gpu_energy_joules_total{{{IG}}}[$__rate_interval])",
+            # and reads low for that long after an agent starts. The counter carries its
+            # reading's time, so Prometheus never marks it stale: the agent's tick series
+            # end the line when the agent stops.
+            f"irate(headroom_gpu_energy_joules_total{{{IG}}}[$__rate_interval]) "
+            f"and on (instance) headroom_agent_last_tick_timestamp_seconds{{{INST}}}",
             "GPU {{gpu}} ({{energy_from}})",
         ),
         unit="watt",
