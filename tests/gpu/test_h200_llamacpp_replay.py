@@ -223,6 +223,20 @@ def test_32_slots_saturate_at_32_past_a_flat_step_at_16() -> None:
     assert by[32] > 1.5 * by[16] and by[32] > 1.5 * by[8]
 
 
+def test_an_adaptive_sweep_over_the_32_slots_goes_past_the_flat_step_to_them() -> None:
+    # Replayed step by step: from 4 streams, 8 -> 16 gained 8% with nothing waiting, a knee
+    # read at 8 by itself; the plan measures 32 before stopping there, 32 climbs out of the
+    # flat step, and the sweep doubles on to 64, where the 32 slots queue the rest.
+    recorded = {s.concurrency: s for s in steps("sweep-p32-steps")}
+    plan, measured = AdaptivePlan(4, 64, refine=0), []
+    while (x := plan.next(measured)) is not None:
+        measured.append(recorded[int(x)])
+    assert [s.concurrency for s in measured] == [4, 8, 16, 32, 64]
+    assert find_saturation(measured[:3]).concurrency == 8  # where it would have stopped
+    sat = find_saturation(measured)
+    assert (sat.concurrency, sat.cause) == (32, "seq-cap"), sat.reason
+
+
 def test_a_sag_that_32_streams_climb_out_of_is_no_knee() -> None:
     # The second 32-slot sweep fell from 1,884 tok/s at 16 streams to 1,276 at 20 and 1,600
     # at 24, then did 3,059 at 32. Read as a knee, the sag ended it at 12 (2,008 tok/s); the

@@ -324,6 +324,23 @@ def test_adaptive_plan_measures_past_a_knee_it_found_at_its_top_step() -> None:
     assert AdaptivePlan(1, 16, refine=0).next(steps[:5]) is None
 
 
+def test_a_knee_without_a_queue_is_measured_two_doublings_past_before_bisecting() -> None:
+    # Compute-bound: 8 -> 16 streams gained 8% and nothing waited at the engine. A flat
+    # doubling alone is not yet a plateau, so the plan measures 32 before bisecting below it.
+    plan = AdaptivePlan(1, 64, refine=1)
+    assert find_saturation(COMPUTE[:5]).concurrency == 8
+    assert plan.next(COMPUTE[:5]) == 32
+    # 32 stayed flat: the plateau holds, and the plan bisects between the knee and 16.
+    assert plan.next(COMPUTE[:6]) == 12
+    # Where requests queue past the knee a cap holds them: no extra step (SEQ_CAP's 16
+    # queues behind 8 running; the knee is 8 and the plan bisects at once).
+    assert find_saturation(SEQ_CAP[:5]).concurrency == 8
+    assert plan.next(SEQ_CAP[:5]) == 12
+    # Without the engine's figures nothing tells a cap from a flat step: no extra step.
+    blind = [s.model_copy(update={"waiting_mean": None}) for s in COMPUTE[:5]]
+    assert plan.next(blind) == 12
+
+
 def test_a_flat_step_that_a_heavier_load_climbs_out_of_is_not_the_knee() -> None:
     # llama.cpp with 4 slots on a 2-core box running at half its speed: 2 streams did no
     # more than 1, and a knee was named at 1 ("seq-cap", the cap of 8 streams' step); then
