@@ -38,7 +38,8 @@ class SeqCapSweep:
     console: str  # what the sweep printed, stdout then stderr
 
 
-# What test_sweep_sim reads (saturation at the cap of 8, TTFT taken apart by the spans) and
+# What test_sweep_sim reads (saturation at the cap of 8, TTFT taken apart by the spans),
+# test_sweep_energy reads (energy per token down to the cap) and
 # test_sweep_capacity reads (boxes for a target at a TTFT SLO, energy at saturation) of one
 # sweep: a sweep of the simulator holds the suite for half a minute.
 SEQ_CAP_FLAGS = (
