@@ -21,23 +21,17 @@ from monitor.sources.samples import (
 )
 from monitor.window.stats import (
     EngineKey,
-    EngineWindow,
     GpuKey,
-    GpuWindow,
-    HostWindow,
     Reach,
     WindowStats,
     counter_increase,
     empty_stats,
     engine_key,
     engine_reach,
-    engine_stats,
     gpu_key,
     gpu_reach,
-    gpu_stats,
     histogram_delta,
     host_reach,
-    host_stats,
     mean_present,
     window_stats,
 )
@@ -135,18 +129,6 @@ class _HostList(_Timed[HostSample]):
 
     def freq_mean(self) -> float | None:
         return mean_present(s.cpu_freq_mhz for s in self.samples)
-
-
-def gpu_window(samples: Sequence[GpuSample], times: Sequence[float]) -> GpuWindow:
-    return gpu_stats(_GpuList(samples, times))
-
-
-def engine_window(samples: Sequence[EngineSample], times: Sequence[float]) -> EngineWindow:
-    return engine_stats(_EngineList(samples, times))
-
-
-def host_window(samples: Sequence[HostSample], times: Sequence[float]) -> HostWindow:
-    return host_stats(_HostList(samples, times))
 
 
 def _baselines(

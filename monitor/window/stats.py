@@ -442,12 +442,12 @@ class HostReadings(Protocol):
     def freq_mean(self) -> float | None: ...
 
 
-def gpu_stats(r: GpuReadings, now: samples.Snapshot | None = None) -> GpuWindow:
+def gpu_stats(r: GpuReadings, now: samples.Snapshot) -> GpuWindow:
     """A GPU's window: what its newest reading says, and its figures over the window.
     ``now``: the window's newest snapshot, whose clocks date the GPU's newest reading."""
     last = r.last()
     read_wall = None
-    if now is not None and last.energy_joules is not None:
+    if last.energy_joules is not None:
         read_wall = now.wall - (now.t - r.last_t())
     return GpuWindow(
         **{name: getattr(last, name) for name in GPU_FROM_LAST},
