@@ -99,6 +99,11 @@ def _ready(url: str, hosts: dict[str, str]) -> dict[str, Any] | None:
     seq_cap_host = next(i for i, s in hosts.items() if s == "seq-cap")
     if "seq-cap" not in {v["cause"] for v in by_host[seq_cap_host]["verdicts"]}:
         return None
+    # Each agent's window fills on its own clock: until the saturated box's window holds its
+    # load, its GPU reads idler than the seq-cap box's (a CI run ranked it second).
+    busy_host = next(i for i, s in hosts.items() if s == "compute-bound")
+    if by_host[busy_host]["wasted_gpus"] >= by_host[seq_cap_host]["wasted_gpus"]:
+        return None
     return doc
 
 
