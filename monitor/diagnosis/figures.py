@@ -186,6 +186,9 @@ class TokenBudget:
     pinned_share: float | None  # share of engine steps that filled the budget
     prefill_share: float | None  # prompt tokens over all tokens processed
     origin: str | None = None  # "given", "reported", "inferred"; None: unknown
+    # Mean tokens a step over the budget, where it shows more steps full than the histogram's
+    # buckets do (vLLM V1's count: see token_budget); None: the buckets' share stands.
+    mean_fill: float | None = None
 
 
 def _bucket_counts(e: EngineWindow) -> list[tuple[float, float, float]]:
@@ -217,12 +220,24 @@ def token_budget(e: EngineWindow, caps: Caps, th: Thresholds) -> TokenBudget:
         caps = dataclasses.replace(caps, max_num_batched_tokens=e.reported_max_num_batched_tokens)
         origin = "reported"
     if caps.max_num_batched_tokens is not None:
-        pinned = None
+        budget = caps.max_num_batched_tokens
+        pinned = fill = None
         if total > 0:
             # Coarse: the bucket holding budget x token_fill counts whole.
-            edge = caps.max_num_batched_tokens * th.token_fill
+            edge = budget * th.token_fill
             pinned = sum(c for _, le, c in buckets if le >= edge) / total
-        return TokenBudget(caps.max_num_batched_tokens, False, pinned, pshare, origin)
+            mean = e.iteration_tokens_mean
+            if mean is not None and mean >= edge:
+                # vLLM V1 counts a prompt's tokens whole at the step its prefill completes,
+                # not in the steps that ran its chunks: with prompts longer than the budget the
+                # histogram shows a few huge steps and many small ones while every step ran
+                # full. Its mean (all tokens over all steps) is still right, and steps of at
+                # most the budget averaging m have at least (m - edge) / (budget - edge) of
+                # them at the edge or above.
+                by_mean = min(1.0, (mean - edge) / (budget - edge))
+                if by_mean > pinned:
+                    pinned, fill = by_mean, mean / budget
+        return TokenBudget(budget, False, pinned, pshare, origin, fill)
     finite = [(lo, le, c) for lo, le, c in buckets if c > 0 and not math.isinf(le)]
     if total > 0 and finite:
         lo, le, c = finite[-1]

