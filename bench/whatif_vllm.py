@@ -17,6 +17,7 @@ priority than other work on a shared box (as root: ``nice -n -5``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -24,6 +25,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,15 +95,60 @@ def headroom(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[st
                           capture_output=True, timeout=timeout, check=False)  # fmt: skip
 
 
-def server(flags: list[str]) -> serve.VllmServer:
+# vLLM on CPU 0 with one OpenMP thread, everything of headroom's on CPU 1: unpinned, the
+# engine's two OpenMP threads share both cores with the load generator, a thread descheduled
+# stalls every parallel region, and one config's throughput moved 30% from launch to launch
+# (bench/results/step_cost_vllm_cpu.txt); pinned, two launches read within 3%.
+PIN = len(os.sched_getaffinity(0)) >= 2
+ENGINE_CPUS, CLIENT_CPUS = {0}, {1}
+
+
+@contextlib.contextmanager
+def server(flags: list[str]) -> Iterator[serve.VllmServer]:
     python = serve.ensure_venv()
-    return serve.VllmServer(
+    vllm = serve.VllmServer(
         extra_args=flags,
         python=python,
         model_dir=serve.ensure_model(python),
         startup_timeout=420,
         die_with_parent=False,
     )
+    if PIN:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0"
+        os.sched_setaffinity(0, ENGINE_CPUS)  # the server inherits it
+    try:
+        with vllm:
+            if PIN:
+                os.sched_setaffinity(0, CLIENT_CPUS)
+            yield vllm
+    finally:
+        if PIN:
+            os.sched_setaffinity(0, CLIENT_CPUS)
+
+
+@contextlib.contextmanager
+def agent(url: str) -> Iterator[str]:
+    """`headroom agent` watching the engine from the ramp on: its what-if has the steps of
+    every load it saw (a step's cost in tokens, where a one-shot snapshot has one load)."""
+    port = serve.free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headroom", "agent", "--vllm", url, "--no-nvml",
+         "--listen", f"127.0.0.1:{port}", "--window", "10"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def agent_report(base: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(f"{base}/api/v1/snapshot", timeout=10) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return {}
 
 
 def with_flag(flags: list[str], flag: str, value: Any) -> list[str]:
@@ -121,31 +169,38 @@ def ramp(url: str, out: Path, load: list[str]) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["steps"] if path.exists() else []
 
 
-def whatif_under_load(url: str, out: Path, load: list[str]) -> dict[str, Any]:
-    """The snapshot taken while 16 streams press on the cap."""
+def whatif_under_load(
+    url: str, out: Path, load: list[str], agent_url: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The snapshot taken while 16 streams press on the cap, and the agent's report then."""
     snap: dict[str, Any] = {}
+    watched: dict[str, Any] = {}
 
     def take() -> None:
         time.sleep(14)
         r = headroom("snapshot", "--vllm", url, "--no-nvml", "--window", "10", "--json")
         snap.update(json.loads(r.stdout))
+        watched.update(agent_report(agent_url))
 
     t = threading.Thread(target=take)
     t.start()
     headroom("sweep", "--target", url, "--concurrency", "16", "--step-seconds", "30",
              "--warmup-seconds", "4", "--quiet", "--out", str(out), *load)  # fmt: skip
     t.join()
-    return snap
+    return snap, watched
 
 
 def run_case(name: str, tmp: Path) -> list[str]:
     flags, load, cause = CASES[name]
     t0, stalls = time.monotonic(), Stalls()
-    with server(flags) as vllm:
+    with server(flags) as vllm, agent(vllm.url) as agent_url:
         below = ramp(vllm.url, tmp / f"{name}-ramp", load)
-        snap = whatif_under_load(vllm.url, tmp / f"{name}-hold", load)
+        snap, watched = whatif_under_load(vllm.url, tmp / f"{name}-hold", load, agent_url)
     if not snap.get("engines"):
         return [f"vllm-cpu {name}: {' '.join(flags)}: no snapshot read", f"  {stalls.words()}"]
+    (tmp / f"{name}-snapshot.json").write_text(json.dumps(snap, indent=1))
+    (tmp / f"{name}-agent.json").write_text(json.dumps(watched, indent=1))
+    agent_whatif = ((watched.get("engines") or [{}])[0].get("whatif")) or []
     e = snap["engines"][0]
     whatif = e.get("whatif") or []
     hold = json.loads((tmp / f"{name}-hold" / "sweep.json").read_text())["steps"][-1]
@@ -212,6 +267,19 @@ def run_case(name: str, tmp: Path) -> list[str]:
                     f"{lo:g} and {hi:g}), gain x{g:.3f}, {tuned:.0f} tok/s; predicted/measured "
                     f"{tuned / tok:.3f}"
                 )
+            same = next((x for x in agent_whatif if x["knob"] == w["knob"]), None)
+            if same is None:
+                rows.append("      as the agent reads it: no what-if for this knob")
+            else:
+                ap = same["predicted"]
+                atok = ap["throughput_tok_s"]
+                aratio = "-" if not atok else f"{atok / tok:.3f}"
+                learned = [m for m in same["basis"]["measured"] if "ms a token" in m]
+                rows.append(
+                    f"      as the agent reads it ({learned[0] if learned else 'no step cost'}"
+                    f"): {same['proposed']}, {atok} tok/s (x{ap['gain']}), {ap['limit']}; "
+                    f"predicted/measured {aratio}"
+                )
             if base and tok:
                 rows.append(
                     f"      gain: predicted x{pr['gain']}, measured x"
@@ -227,6 +295,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "whatif_vllm.txt")
     p.add_argument("--cases", default="seq,kv,token")
+    p.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep each case's sweeps and snapshot under this folder",
+    )
     args = p.parse_args()
     names = [c for c in args.cases.split(",") if c]
     for c in names:
@@ -234,12 +308,15 @@ def main() -> None:
             sys.exit(f"whatif_vllm: unknown case {c!r} (known: {', '.join(CASES)})")
     with args.out.open("a") as f:
         f.write(f"\n# real vLLM (CPU build, tiny model; bench/whatif_vllm.py), "
-                f"{time.strftime('%Y-%m-%d %H:%M')} UTC, nice {os.nice(0)}, load average at "
+                f"{time.strftime('%Y-%m-%d %H:%M')} UTC, nice {os.nice(0)}, "
+                f"{'vLLM pinned to CPU 0 (one OpenMP thread), headroom to CPU 1' if PIN else 'unpinned'}, load average at "
                 f"start {os.getloadavg()[0]:.1f}:\n")  # fmt: skip
     for name in names:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as scratch:
+            tmp = Path(scratch) if args.keep is None else args.keep
+            tmp.mkdir(parents=True, exist_ok=True)
             try:
-                rows = run_case(name, Path(tmp))
+                rows = run_case(name, tmp)
             except Exception as exc:  # noqa: BLE001  a case that fails stays in the table
                 rows = [f"vllm-cpu {name}: failed: {type(exc).__name__}: {str(exc)[-300:]}"]
         print("\n".join(rows), flush=True)

@@ -26,6 +26,7 @@ from monitor.diagnosis.idle_rules import box_idle, engine_idle, gpu_idle, idle_g
 from monitor.diagnosis.rule_kit import BOX, Context, engine_table, ev, make_verdict
 from monitor.diagnosis.scheduler_rules import kv_cap, seq_cap, starved, token_cap
 from monitor.diagnosis.sharing_rules import contended, with_sharing_evidence
+from monitor.diagnosis.step_cost import StepCost
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
 from monitor.diagnosis.whatif import engine_whatif, with_whatif
@@ -246,11 +247,15 @@ def diagnose(
     seen_caps: Mapping[str, fig.SeenCap] | None = None,
     reconcile: bool = True,
     gpu_hour_price: float | None = None,
+    step_costs: Mapping[str, StepCost] | None = None,
 ) -> Diagnosis:
     """Every verdict that holds in this window, most important first. Pure: no I/O, no state
-    (caps inferred in earlier windows come in as ``seen_caps``)."""
+    (caps inferred in earlier windows come in as ``seen_caps``, each engine's step cost
+    fitted to them as ``step_costs``)."""
     seen = dict(seen_caps or {})
-    ctx = Context(window, thresholds, caps, seen, gpu_hour_price=gpu_hour_price)
+    ctx = Context(
+        window, thresholds, caps, seen, dict(step_costs or {}), gpu_hour_price=gpu_hour_price
+    )
     verdicts: list[Verdict] = []
     idle = box_idle(ctx)
     if idle is not None:

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 from monitor.diagnosis.diagnose import Diagnosis, defer_to_lead, diagnose, order
 from monitor.diagnosis.figures import SeenCap
+from monitor.diagnosis.step_cost import StepMemory, point_from_window
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Verdict
+from monitor.window.scopes import engine_scope
 from monitor.window.stats import WindowStats
 
 
@@ -49,6 +51,9 @@ class Diagnoser:
         # Sequence caps inferred from a plateau, by engine scope: a plateau shows only while
         # requests queue, and the cap is still the cap once the load eases.
         self._seen_caps: dict[str, SeenCap] = {}
+        # Each engine's (tokens a step, time a step) over the windows judged, for a line of
+        # what a step costs where no GPU activity says it (step_cost.py).
+        self._steps = StepMemory()
 
         # When each cause a peek saw was first seen, while peeks keep seeing it: a cause seen
         # between steps is dated from its first sight, not from the step that counts it.
@@ -65,9 +70,15 @@ class Diagnoser:
             self._reset_asked = False
             self._tracks.clear()
             self._seen_caps.clear()
+            self._steps.clear()
             self._peeked.clear()
         diagnosis = self._judge(window, self._tracks, self._seen_caps)
         self._peeked = {}
+        # After judging: a window's own point must not vouch for the line it is judged by.
+        for e in window.engines:
+            p = point_from_window(e, window.wall_end)
+            if p is not None:
+                self._steps.add(engine_scope(e), p)
         return diagnosis
 
     def peek(self, window: WindowStats) -> Diagnosis:
@@ -90,7 +101,13 @@ class Diagnoser:
     ) -> Diagnosis:
         th = self.thresholds
         raw = diagnose(
-            window, th, self.caps, seen_caps, reconcile=False, gpu_hour_price=self.gpu_hour_price
+            window,
+            th,
+            self.caps,
+            seen_caps,
+            reconcile=False,
+            gpu_hour_price=self.gpu_hour_price,
+            step_costs=self._steps.costs(window.wall_end),
         )
         for scope, a in raw.analyses.items():
             if a.get("seq_cap_origin") == "inferred" and a.get("seq_cap") is not None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from monitor.diagnosis import figures as fig
+from monitor.diagnosis.step_cost import StepCost
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.window.stats import EngineWindow, GpuWindow, HostWindow
 
@@ -57,10 +58,16 @@ class StepModel:
     compute: float | None = None
     weights: float | None = None
     kv: float | None = None
+    # Without GPU activity: the share of today's step that grows with its tokens, from the
+    # line the agent fitted to earlier windows (step_cost.py); None: steps assumed flat.
+    learned: StepCost | None = None
+    per_token: float | None = None
 
     def growth(self, f: float) -> float:
         """How much longer a step takes with ``f`` times the sequences."""
         c, k = self.compute or 0.0, self.kv or 0.0
+        if self.compute is None and self.per_token is not None:
+            c = self.per_token
         if self.weights is None:
             # No DRAM reading: nothing says the tensor work hides under the weights' stream.
             return (1.0 - c - k) + (c + k) * f
@@ -113,6 +120,8 @@ class Load:
     step: StepModel
     tokens_per_step: float | None = None
     prompt_tokens_mean: float | None = None
+    step_s: float | None = None  # mean time a step (1 / steps a second)
+    preemptions_per_s: float | None = None
 
 
 def binding(limits: Mapping[str, float]) -> str:
@@ -152,7 +161,13 @@ def kv_read_time(
     return used * kv_bytes / (peak.hbm_bytes_per_s * th.headroom_dram_max) * steps
 
 
-def step_model(gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thresholds) -> StepModel:
+def step_model(
+    gpus: Sequence[GpuWindow],
+    e: EngineWindow,
+    caps: Caps,
+    th: Thresholds,
+    learned: StepCost | None = None,
+) -> StepModel:
     """The step's parts from the GPU's activity: tensor-pipe activity against what it reads
     when compute alone fills the GPU, DRAM activity likewise, of which the KV cache's reads
     take the time kv_read_time says (or, without it, the share of bytes vLLM's estimated
@@ -160,6 +175,11 @@ def step_model(gpus: Sequence[GpuWindow], e: EngineWindow, caps: Caps, th: Thres
     headroom_kv_share_min on, within the weights estimate's error below); the weights the rest."""
     tensor, dram = fig.tensor_active_mean(gpus), fig.dram_active_mean(gpus)
     compute = None if tensor is None else min(tensor / th.headroom_tensor_max, 1.0)
+    if compute is None and dram is None:
+        tokens = e.iteration_tokens_mean
+        if learned is None or not tokens:
+            return StepModel()
+        return StepModel(learned=learned, per_token=learned.token_share(tokens))
     if dram is None:
         return StepModel(compute=compute)
     memory = min(dram / th.headroom_dram_max, 1.0)
@@ -181,6 +201,7 @@ def load_from_window(
     lit: fig.Littles,
     th: Thresholds,
     caps: Caps,
+    learned: StepCost | None = None,
 ) -> Load | None:
     """Where each limit binds and the step's parts, from a window; None where nothing runs
     or no limit is known."""
@@ -194,7 +215,7 @@ def load_from_window(
     if kv is not None and kv > 0.001:
         # A KV cache barely used still fills at some load: its factor is large, not absent.
         limits["kv-cap"] = th.kv_full / kv
-    step = step_model(gpus, e, caps, th)
+    step = step_model(gpus, e, caps, th, learned)
     knee = step.knee(th.headroom_knee_gain)
     if knee is not None:
         limits[knee[0]] = knee[1]
@@ -231,6 +252,8 @@ def load_from_window(
         step=step,
         tokens_per_step=e.iteration_tokens_mean,
         prompt_tokens_mean=prompt_mean,
+        step_s=1.0 / steps if (steps := fig.steps_per_s(e)) else None,
+        preemptions_per_s=e.preemptions_per_s,
     )
 
 

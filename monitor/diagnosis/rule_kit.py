@@ -13,6 +13,7 @@ from typing import Any
 
 from monitor.diagnosis import figures as fig
 from monitor.diagnosis.limits import Load, headroom, load_from_window
+from monitor.diagnosis.step_cost import StepCost
 from monitor.diagnosis.thresholds import Caps, Thresholds
 from monitor.diagnosis.verdict import Cause, Evidence, Verdict
 from monitor.sources import metric_names as mn
@@ -56,6 +57,8 @@ class Context:
     caps: Caps
     # Caps inferred in earlier windows, by engine scope (the Diagnoser remembers them).
     seen_caps: Mapping[str, fig.SeenCap] = field(default_factory=dict)
+    # Each engine's step cost, fitted to earlier windows, by engine scope (the Diagnoser's).
+    step_costs: Mapping[str, StepCost] = field(default_factory=dict)
     # The price per GPU-hour the idle part of the bill is quoted at (None: in energy alone).
     gpu_hour_price: float | None = None
     # Each engine's figures that several rules and the analysis use, made once a window.
@@ -92,6 +95,7 @@ class Context:
                 self.littles(e),
                 self.th,
                 self.caps,
+                self.step_costs.get(engine_scope(e)),
             ),
         )
 

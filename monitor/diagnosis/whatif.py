@@ -275,6 +275,25 @@ def predict(load: Load, knobs: Knobs) -> list[dict[str, Any]]:
     return [] if pending and len(out) < 2 else out
 
 
+_KV_KNOBS = ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_dtype", "ctx_size")
+
+
+def _recovered(load: Load, move: _Move) -> float:
+    """What a KV change gives back where the window thrashed: its steps ran longer than the
+    line fitted to clean windows says their counted tokens take (the recompute of preempted
+    sequences), and a cache that holds them ends it. 1 without a line or preemptions."""
+    learned = load.step.learned
+    if (
+        learned is None
+        or move.knob not in _KV_KNOBS
+        or not load.preemptions_per_s
+        or not load.step_s
+        or not load.tokens_per_step
+    ):
+        return 1.0
+    return max(1.0, load.step_s / learned.seconds(load.tokens_per_step))
+
+
 def _entry(
     load: Load,
     knobs: Knobs,
@@ -286,15 +305,20 @@ def _entry(
     limits: Mapping[str, float],
     index: int,
 ) -> dict[str, Any]:
-    gain = _throughput(load, factor) / _throughput(load, before)
+    recovered = _recovered(load, move)
+    gain = recovered * _throughput(load, factor) / _throughput(load, before)
     itl = _growth(load, factor) / _growth(load, before)
     ttft = itl
     if move.knob == "max_num_batched_tokens" and load.prompt_tokens_mean:
         # A prompt takes ceil(prompt / budget) steps to prefill: fewer with a bigger budget.
         chunks = math.ceil(load.prompt_tokens_mean / move.current)
         ttft = itl * math.ceil(load.prompt_tokens_mean / move.proposed) / max(chunks, 1)
-    tok = None if load.tokens_per_s is None else load.tokens_per_s * _throughput(load, factor)
-    rate = None if load.rate_rps is None else load.rate_rps * _throughput(load, factor)
+    tok = (
+        None
+        if load.tokens_per_s is None
+        else load.tokens_per_s * recovered * _throughput(load, factor)
+    )
+    rate = None if load.rate_rps is None else load.rate_rps * recovered * _throughput(load, factor)
     next_limit = None
     if nxt is not None:
         f = max(1.0, limits[nxt])
@@ -321,7 +345,22 @@ def _entry(
         f"{move.flag} scales its limit in proportion ({move.scale:.3g}x)",
     ]
     parts = load.step.words()
-    if parts is not None:
+    learned = load.step.learned
+    if learned is not None:
+        # No GPU activity, but earlier windows at other loads priced a step's tokens.
+        measured.append(learned.words() + ", no GPU activity read")
+        if recovered > 1.0:
+            measured.append(
+                f"steps ran {recovered:.3g}x the line's time while "
+                f"{load.preemptions_per_s or 0:.3g} sequences a second were preempted (their "
+                "recompute counts no tokens): a cache that holds them gives it back"
+            )
+        if load.tokens_per_step and load.tokens_per_step * factor > learned.hi * MARGIN:
+            assumed.append(
+                f"the line holds past the {learned.hi:.3g} tokens a step it was fitted to "
+                f"(here {load.tokens_per_step * factor:.3g})"
+            )
+    elif parts is not None:
         measured.append(parts + " (GPU activity)")
         if load.step.weights is None:
             assumed.append("the tensor work adds to the step (no DRAM reading)")
@@ -402,7 +441,7 @@ def engine_whatif(
 
 _CAUSE_KNOBS = {
     "seq-cap": ("max_num_seqs",),
-    "kv-cap": ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_dtype", "ctx_size"),
+    "kv-cap": _KV_KNOBS,
     "token-cap": ("max_num_batched_tokens",),
 }
 

@@ -102,6 +102,7 @@ def engine_samples(
     bytes_per_s: float | None = None,
     url: str = "http://127.0.0.1:8000/metrics",
     reported_seqs: int | None = None,
+    cache_config: tuple[tuple[str, str], ...] = (),
 ) -> list[samples.EngineSample]:
     e2e, queue, iters = HistAcc(E2E_BOUNDS), HistAcc(E2E_BOUNDS), HistAcc(ITER_BOUNDS)
     ttft, prefill = HistAcc(E2E_BOUNDS), HistAcc(E2E_BOUNDS)
@@ -154,6 +155,7 @@ def engine_samples(
                 histograms=tuple(hists),
                 reported_max_num_seqs=reported_seqs,
                 reported_caps_origin="server_info" if reported_seqs is not None else "",
+                cache_config=cache_config,
             )
         )
     return out
