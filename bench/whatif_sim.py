@@ -32,15 +32,12 @@ from monitor.window.scopes import engine_scope  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
 from simulator.scenarios import build  # noqa: E402
 
+# seq-cap's engine with a KV cache for ~13 sequences: the cap that binds after max_num_seqs.
+KV_BEHIND: dict[str, Any] = {"num_blocks": 480, "max_model_len": 1024}
 # name: (scenario, engine overrides, load of the window the what-if is taken from, summary)
 CASES: dict[str, tuple[str, dict[str, Any], int, str]] = {
     "seq-cap": ("seq-cap", {}, 32, "max_num_seqs 8, KV and GPU with room"),
-    "seq-cap>kv": (
-        "seq-cap",
-        {"num_blocks": 480, "max_model_len": 1024},
-        32,
-        "max_num_seqs 8, KV for ~13 behind it",
-    ),
+    "seq-cap>kv": ("seq-cap", KV_BEHIND, 32, "max_num_seqs 8, KV for ~13 behind it"),
     "kv-cap": ("kv-cap", {}, 24, "320 KV blocks, max_num_seqs 256"),
     "kv-cap>seq": ("kv-cap", {"max_num_seqs": 8}, 24, "320 KV blocks, max_num_seqs 8 behind"),
     "kv-cap(gmu)": (
@@ -51,12 +48,7 @@ CASES: dict[str, tuple[str, dict[str, Any], int, str]] = {
     ),
     "token-cap": ("token-cap", {}, 8, "max_num_batched_tokens 128, 2,000-token prompts"),
     "token-cap>seq": ("token-cap", {"max_num_seqs": 4}, 8, "budget 128, max_num_seqs 4 behind"),
-    "seq-cap@light": (
-        "seq-cap",
-        {"num_blocks": 480, "max_model_len": 1024},
-        3,
-        "as seq-cap>kv, window at 3 streams",
-    ),
+    "seq-cap@light": ("seq-cap", KV_BEHIND, 3, "as seq-cap>kv, window at 3 streams"),
 }
 
 # The simulator's setting each knob names.

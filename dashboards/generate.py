@@ -37,7 +37,7 @@ class Layout:
 
     def row(self, title: str, w: int = 12, h: int = 8) -> None:
         self._newline()
-        self.w, self.h = w, h
+        self.size(w, h)
         self.panels.append(
             {
                 "type": "row",
@@ -49,6 +49,10 @@ class Layout:
             }
         )
         self.y += 1
+
+    def size(self, w: int, h: int) -> None:
+        """The size of the panels that follow, until the next row or size."""
+        self.w, self.h = w, h
 
     def add(self, panel: dict[str, Any], w: int | None = None, h: int | None = None) -> None:
         w, h = w or self.w, h or self.h
@@ -90,6 +94,29 @@ def target(expr: str, legend: str = "", ref: str = "A", **extra: Any) -> dict[st
 
 def targets(*pairs: tuple[str, str]) -> list[dict[str, Any]]:
     return [target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(pairs)]
+
+
+def _legend(prefix: str, legend: str) -> str:
+    return f"{prefix} {legend}" if legend else prefix
+
+
+def gpu_series(metric: str, legend: str = "") -> tuple[str, str]:
+    """(PromQL, legend) of one of the agent's per-GPU series, the legend after the GPU's index."""
+    return f"headroom_gpu_{metric}{{{IG}}}", _legend("GPU {{gpu}}", legend)
+
+
+def engine_series(metric: str, legend: str = "") -> tuple[str, str]:
+    """(PromQL, legend) of one of the agent's per-engine series, the legend after the model's."""
+    return f"headroom_engine_{metric}{{{IM}}}", _legend("{{model_name}}", legend)
+
+
+def vllm_rule(rule: str, legend: str) -> tuple[str, str]:
+    """(PromQL, legend) of one of the recording rules over vLLM's own metrics (model:vllm_*)."""
+    return f"model:vllm_{rule}{{{M}}}", _legend("{{model_name}}", legend)
+
+
+# A ratio drawn as a percentage on a 0-100% axis.
+SHARE: dict[str, Any] = {"unit": "percentunit", "max_": 1}
 
 
 def timeseries(
@@ -185,12 +212,7 @@ def vllm_quantiles(title: str, histogram: str) -> dict[str, Any]:
     """p50, p95 and p99 of one vLLM histogram, from the recording rules' one-minute quantiles."""
     return timeseries(
         title,
-        targets(
-            *(
-                (f"model:vllm_{histogram}:{q}_1m{{{M}}}", f"{{{{model_name}}}} {q}")
-                for q in ("p50", "p95", "p99")
-            )
-        ),
+        targets(*(vllm_rule(f"{histogram}:{q}_1m", q) for q in ("p50", "p95", "p99"))),
         unit="s",
     )
 
@@ -288,15 +310,14 @@ DIAGNOSIS_MAPPINGS = [
 
 def overview() -> dict[str, Any]:
     lay = Layout()
-    lay.row("GPUs")
+    lay.row("GPUs", h=9)
     lay.series(
         "GPU $gpu: duty cycle vs SM active vs tensor vs DRAM",
         (f"headroom_gpu_utilization_ratio{{{IG}}}", "duty cycle"),
         (f"headroom_gpu_sm_active_ratio{{{IG}}}", "SM active"),
         (f"headroom_gpu_tensor_active_ratio{{{IG}}}", "tensor"),
         (f"headroom_gpu_dram_active_ratio{{{IG}}}", "DRAM"),
-        unit="percentunit",
-        max_=1,
+        **SHARE,
         description=(
             "Duty cycle counts any kernel; SM active counts busy SMs. A high duty cycle "
             "with low SM active is launch-bound; tensor or DRAM near the top is saturation."
@@ -304,54 +325,26 @@ def overview() -> dict[str, Any]:
         repeat="gpu",
         repeatDirection="h",
         maxPerRow=2,
-        h=9,
     )
+    lay.size(6, 9)
     lay.series(
         "Power and SM clock",
-        (f"headroom_gpu_power_watts{{{IG}}}", "GPU {{gpu}} power"),
-        (f"headroom_gpu_power_limit_watts{{{IG}}}", "GPU {{gpu}} limit"),
+        gpu_series("power_watts", "power"),
+        gpu_series("power_limit_watts", "limit"),
         unit="watt",
-        w=6,
-        h=9,
     )
     lay.series(
-        "Memory used",
-        (f"gpu:headroom_gpu_memory_used:ratio{{{IG}}}", "GPU {{gpu}}"),
-        unit="percentunit",
-        max_=1,
-        w=6,
-        h=9,
+        "Memory used", (f"gpu:headroom_gpu_memory_used:ratio{{{IG}}}", "GPU {{gpu}}"), **SHARE
     )
-    lay.series(
-        "SM clock",
-        (f"headroom_gpu_sm_clock_hertz{{{IG}}}", "GPU {{gpu}}"),
-        unit="hertz",
-        w=8,
-        h=7,
-    )
-    lay.series(
-        "Temperature",
-        (f"headroom_gpu_temperature_celsius{{{IG}}}", "GPU {{gpu}}"),
-        unit="celsius",
-        w=8,
-        h=7,
-    )
-    lay.add(
-        stat(
-            "Clock throttle reasons active",
-            targets(
-                (f"count by (reason) (headroom_gpu_clock_throttle_active{{{IG}}})", "{{reason}}")
-            ),
-        ),
-        w=8,
-        h=7,
-    )
+    lay.size(8, 7)
+    lay.series("SM clock", gpu_series("sm_clock_hertz"), unit="hertz")
+    lay.series("Temperature", gpu_series("temperature_celsius"), unit="celsius")
+    throttled = f"count by (reason) (headroom_gpu_clock_throttle_active{{{IG}}})"
+    lay.add(stat("Clock throttle reasons active", targets((throttled, "{{reason}}"))))
+    lay.size(12, 8)
     lay.series(
         "GPU memory by container",
-        (
-            f"headroom_gpu_container_memory_bytes{{{IG}}}",
-            "GPU {{gpu}} {{namespace}}/{{pod}} {{container}}",
-        ),
+        gpu_series("container_memory_bytes", "{{namespace}}/{{pod}} {{container}}"),
         unit="bytes",
         description=(
             "GPU memory held by each container's processes (an empty container: processes "
@@ -360,9 +353,8 @@ def overview() -> dict[str, Any]:
     )
     lay.series(
         "SM time: the engine's processes vs others",
-        (f"headroom_gpu_process_sm_share_ratio{{{IG}}}", "GPU {{gpu}} {{owner}}"),
-        unit="percentunit",
-        max_=1,
+        gpu_series("process_sm_share_ratio", "{{owner}}"),
+        **SHARE,
         description=(
             "Each owner's share of the GPU's time with kernels on the SMs (NVML's "
             "per-process samples). Others beside the engine: the contended cause."
@@ -372,29 +364,27 @@ def overview() -> dict[str, Any]:
     lay.row("Engine", w=8)
     lay.series(
         "Running and waiting requests",
-        (f"headroom_engine_requests_running{{{IM}}}", "{{model_name}} running (R)"),
-        (f"headroom_engine_requests_waiting{{{IM}}}", "{{model_name}} waiting (Q)"),
-        (f"headroom_engine_seq_cap{{{IM}}}", "{{model_name}} sequence cap ({{origin}})"),
+        engine_series("requests_running", "running (R)"),
+        engine_series("requests_waiting", "waiting (Q)"),
+        engine_series("seq_cap", "sequence cap ({{origin}})"),
         description="Window means. R flat at the cap while Q > 0 is the sequence cap.",
     )
     lay.series(
         "KV cache usage",
-        (f"headroom_engine_kv_cache_usage_ratio{{{IM}}}", "{{model_name}} mean"),
-        (f"headroom_engine_kv_cache_usage_max_ratio{{{IM}}}", "{{model_name}} max"),
-        unit="percentunit",
-        max_=1,
+        engine_series("kv_cache_usage_ratio", "mean"),
+        engine_series("kv_cache_usage_max_ratio", "max"),
+        **SHARE,
     )
     lay.series(
         "Preemptions",
-        (f"headroom_engine_preemptions_per_second{{{IM}}}", "{{model_name}} (agent window)"),
-        (f"model:vllm_num_preemptions:rate1m{{{M}}}", "{{model_name}} {{instance}} (vLLM)"),
+        engine_series("preemptions_per_second", "(agent window)"),
+        vllm_rule("num_preemptions:rate1m", "{{instance}} (vLLM)"),
         unit="reqps",
     )
     lay.series(
         "Tokens per second",
-        (f"model:vllm_generation_tokens:rate1m{{{M}}}", "{{model_name}} generated"),
-        (f"model:vllm_prompt_tokens:rate1m{{{M}}}", "{{model_name}} prompt"),
-        unit="short",
+        vllm_rule("generation_tokens:rate1m", "generated"),
+        vllm_rule("prompt_tokens:rate1m", "prompt"),
     )
     lay.add(vllm_quantiles("Time to first token", "time_to_first_token_seconds"))
     lay.add(vllm_quantiles("Inter-token latency", "inter_token_latency_seconds"))
@@ -425,8 +415,7 @@ def overview() -> dict[str, Any]:
     lay.series(
         "Verdict confidence",
         (f"headroom_diagnosis_confidence{{{INST}}}", "{{cause}} {{scope}}"),
-        unit="percentunit",
-        max_=1,
+        **SHARE,
         w=8,
         h=9,
     )
@@ -467,76 +456,64 @@ def overview() -> dict[str, Any]:
     lay.row("Why: Little's law, CPU and the roofline", w=8)
     lay.series(
         "Little's law: in flight, measured vs predicted",
-        (f"headroom_engine_in_flight_requests{{{IM}}}", "{{model_name}} R + Q"),
-        (
-            f"headroom_engine_in_flight_predicted_requests{{{IM}}}",
-            "{{model_name}} arrivals x latency",
-        ),
+        engine_series("in_flight_requests", "R + Q"),
+        engine_series("in_flight_predicted_requests", "arrivals x latency"),
         description="They should agree within ~15%; if not, something queues in front of the engine.",
     )
     lay.series(
         "Arrival rate vs the rate that fills the slots",
-        (f"headroom_engine_arrival_rate_requests_per_second{{{IM}}}", "{{model_name}} arrivals"),
-        (f"headroom_engine_fill_rate_requests_per_second{{{IM}}}", "{{model_name}} fills the cap"),
+        engine_series("arrival_rate_requests_per_second", "arrivals"),
+        engine_series("fill_rate_requests_per_second", "fills the cap"),
         unit="reqps",
     )
     lay.series(
         "CPU in the path",
-        (f"headroom_engine_busy_ratio{{{IM}}}", "{{model_name}} GPU busy"),
-        (f"headroom_engine_thread_cpu_ratio{{{IM}}}", "{{model_name}} engine thread (of a core)"),
+        engine_series("busy_ratio", "GPU busy"),
+        engine_series("thread_cpu_ratio", "engine thread (of a core)"),
         (f"headroom_host_cpu_busy_ratio{{{INST}}}", "host CPU"),
         unit="percentunit",
     )
     lay.series(
         "Roofline: MFU and share of peak bandwidth",
-        (f"headroom_engine_roofline_mfu_ratio{{{IM}}}", "{{model_name}} MFU"),
-        (f"headroom_engine_roofline_bandwidth_ratio{{{IM}}}", "{{model_name}} bandwidth"),
-        unit="percentunit",
-        max_=1,
+        engine_series("roofline_mfu_ratio", "MFU"),
+        engine_series("roofline_bandwidth_ratio", "bandwidth"),
+        **SHARE,
     )
     lay.series(
         "Roofline: arithmetic intensity vs ridge",
-        (f"headroom_engine_roofline_arithmetic_intensity{{{IM}}}", "{{model_name}} FLOP/byte"),
-        (f"headroom_engine_roofline_ridge_intensity{{{IM}}}", "{{model_name}} ridge"),
+        engine_series("roofline_arithmetic_intensity", "FLOP/byte"),
+        engine_series("roofline_ridge_intensity", "ridge"),
         description="Below the ridge the engine is memory-bound, above it compute-bound.",
     )
-    lay.add(
-        stat(
-            "Roofline side",
-            targets(
-                (
-                    f"headroom_engine_roofline_side{{{IM}}}",
-                    "{{model_name}}: {{side}}-bound on {{gpu_model}}",
-                )
-            ),
-        ),
-    )
+    side = "{{model_name}}: {{side}}-bound on {{gpu_model}}"
+    lay.add(stat("Roofline side", targets((f"headroom_engine_roofline_side{{{IM}}}", side))))
 
     lay.row("Agent", w=8, h=7)
-    lay.series(
-        "Tick duration p95",
+    # (title, PromQL, legend, unit): the agent's health, one query a panel.
+    for title, expr, legend, unit in (
         (
-            f"histogram_quantile(0.95, sum by (instance, le) (rate(headroom_agent_tick_duration_seconds_bucket{{{INST}}}[$__rate_interval])))",
+            "Tick duration p95",
+            "histogram_quantile(0.95, sum by (instance, le) "
+            f"(rate(headroom_agent_tick_duration_seconds_bucket{{{INST}}}[$__rate_interval])))",
             "{{instance}}",
+            "s",
         ),
-        unit="s",
-    )
-    lay.series(
-        "Source errors",
         (
-            f"sum by (source, target) (rate(headroom_agent_source_errors_total{{{INST}}}[$__rate_interval]))",
+            "Source errors",
+            "sum by (source, target) "
+            f"(rate(headroom_agent_source_errors_total{{{INST}}}[$__rate_interval]))",
             "{{source}} {{target}}",
+            "reqps",
         ),
-        unit="reqps",
-    )
-    lay.series(
-        "Seconds since each source's last success",
         (
+            "Seconds since each source's last success",
             f"time() - headroom_agent_source_last_success_timestamp_seconds{{{INST}}}",
             "{{source}} {{target}}",
+            "s",
         ),
-        unit="s",
-    )
+    ):
+        lay.series(title, (expr, legend), unit=unit)
+
     lay.row("Energy and cost", w=8)
     lay.series(
         "GPU power from the energy counter",
@@ -559,14 +536,14 @@ def overview() -> dict[str, Any]:
     )
     lay.series(
         "Energy per token and per request",
-        (f"headroom_engine_energy_per_token_joules{{{IM}}}", "{{model_name}} J/token"),
-        (f"headroom_engine_energy_per_request_joules{{{IM}}}", "{{model_name}} J/request"),
+        engine_series("energy_per_token_joules", "J/token"),
+        engine_series("energy_per_request_joules", "J/request"),
         unit="joule",
         description="The box's GPU energy over the window against every engine's tokens.",
     )
     lay.series(
         "Cost per million tokens",
-        (f"headroom_engine_cost_per_million_tokens{{{IM}}}", "{{model_name}}"),
+        engine_series("cost_per_million_tokens"),
         unit="currencyUSD",
         description="At the agent's gpu_hour_price (HEADROOM_GPU_HOUR_PRICE); empty without one.",
     )
@@ -582,10 +559,10 @@ def overview() -> dict[str, Any]:
 
 def sweep() -> dict[str, Any]:
     lay = Layout()
-    lay.row("Load against response (run a sweep, then zoom the time range to it)")
+    lay.row("Load against response (run a sweep, then zoom the time range to it)", h=9)
     lay.series(
         "Throughput vs requests in flight",
-        (f"model:vllm_generation_tokens:rate1m{{{M}}}", "{{model_name}} tokens/s"),
+        vllm_rule("generation_tokens:rate1m", "tokens/s"),
         (
             f"sum by (model_name) (headroom_engine_in_flight_requests{{{IM}}})",
             "{{model_name}} in flight",
@@ -600,19 +577,18 @@ def sweep() -> dict[str, Any]:
                 }
             ],
         },
-        h=9,
     )
     lay.series(
         "Latency as load steps (p95)",
-        (f"model:vllm_time_to_first_token_seconds:p95_1m{{{M}}}", "{{model_name}} TTFT p95"),
-        (f"model:vllm_inter_token_latency_seconds:p95_1m{{{M}}}", "{{model_name}} ITL p95"),
-        (f"model:vllm_e2e_request_latency_seconds:p95_1m{{{M}}}", "{{model_name}} e2e p95"),
+        vllm_rule("time_to_first_token_seconds:p95_1m", "TTFT p95"),
+        vllm_rule("inter_token_latency_seconds:p95_1m", "ITL p95"),
+        vllm_rule("e2e_request_latency_seconds:p95_1m", "e2e p95"),
         unit="s",
-        h=9,
     )
+    lay.size(12, 8)
     lay.series(
         "Queue: waiting requests and KV cache",
-        (f"headroom_engine_requests_waiting{{{IM}}}", "{{model_name}} waiting"),
+        engine_series("requests_waiting", "waiting"),
         (
             f"engine:headroom_engine_seq_slots_used:ratio{{{IM}}} * 100",
             "{{model_name}} slots used %",
@@ -624,14 +600,13 @@ def sweep() -> dict[str, Any]:
         (f"instance:headroom_gpu_activity:avg{{{INST}}}", "{{instance}} SM active (or duty cycle)"),
         (f"avg by (instance) (headroom_gpu_tensor_active_ratio{{{INST}}})", "{{instance}} tensor"),
         (f"avg by (instance) (headroom_gpu_dram_active_ratio{{{INST}}})", "{{instance}} DRAM"),
-        unit="percentunit",
-        max_=1,
+        **SHARE,
     )
     lay.series(
         "Little's law check",
-        (f"headroom_engine_in_flight_requests{{{IM}}}", "{{model_name}} measured"),
-        (f"headroom_engine_in_flight_predicted_requests{{{IM}}}", "{{model_name}} predicted"),
-        (f"headroom_engine_littles_law_consistent{{{IM}}}", "{{model_name}} consistent (1/0)"),
+        engine_series("in_flight_requests", "measured"),
+        engine_series("in_flight_predicted_requests", "predicted"),
+        engine_series("littles_law_consistent", "consistent (1/0)"),
     )
     lay.add(
         cause_timeline(
@@ -642,8 +617,8 @@ def sweep() -> dict[str, Any]:
     )
     lay.series(
         "Energy per token as load steps",
-        (f"headroom_engine_energy_per_token_joules{{{IM}}}", "{{model_name}} J/token"),
-        (f"headroom_engine_tokens_per_joule{{{IM}}}", "{{model_name}} tokens/J"),
+        engine_series("energy_per_token_joules", "J/token"),
+        engine_series("tokens_per_joule", "tokens/J"),
         description=(
             "Batching spreads the GPU's watts over more tokens: J/token falls as load "
             "rises until the box saturates."

@@ -35,6 +35,18 @@ class Scenario:
         )
 
 
+def _closed(users: int, *, prompt: int, output: int, **jitter: float) -> dict[str, Any]:
+    """A closed loop's load: ``users`` requests always in flight, each of ``prompt`` tokens
+    in and ``output`` out, +- the ``prompt_jitter`` / ``output_jitter`` shares given."""
+    return {
+        "mode": "closed",
+        "concurrency": users,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        **jitter,
+    }
+
+
 _LIST = (
     Scenario(
         "idle",
@@ -55,27 +67,21 @@ _LIST = (
         "scheduler cap on sequences: max_num_seqs 8 under 32 concurrent users, "
         "so 8 run, 24 wait, and the KV cache and GPU have room to spare",
         engine={"max_num_seqs": 8},
-        load={"mode": "closed", "concurrency": 32, "prompt_tokens": 256, "output_tokens": 512},
+        load=_closed(32, prompt=256, output=512),
     ),
     Scenario(
         "kv-cap",
         "scheduler cap on KV cache: 320 blocks (5,120 tokens) for 24 users of ~1,300-token "
         "requests: the cache fills, sequences are preempted and recomputed, requests queue",
         engine={"num_blocks": 320, "max_model_len": 2048},
-        load={
-            "mode": "closed", "concurrency": 24, "prompt_tokens": 512, "prompt_jitter": 0.2,
-            "output_tokens": 768, "output_jitter": 0.2,
-        },
+        load=_closed(24, prompt=512, output=768, prompt_jitter=0.2, output_jitter=0.2),
     ),
     Scenario(
         "token-cap",
         "scheduler cap on the token budget: max_num_batched_tokens 128 with ~2,000-token prompts: "
         "every step is pinned at 128 tokens, prefill-heavy, and re-reads all weights for them",
         engine={"max_num_batched_tokens": 128},
-        load={
-            "mode": "closed", "concurrency": 8, "prompt_tokens": 2000, "prompt_jitter": 0.2,
-            "output_tokens": 32, "output_jitter": 0.5,
-        },
+        load=_closed(8, prompt=2000, output=32, prompt_jitter=0.2, output_jitter=0.5),
     ),
     Scenario(
         "cpu-bound",
@@ -84,10 +90,7 @@ _LIST = (
         engine={
             "gpu": "a100-80gb", "overlap": False, "cpu_step_s": 0.012, "cpu_per_seq_s": 0.0005,
         },
-        load={
-            "mode": "closed", "concurrency": 32, "prompt_tokens": 384, "output_tokens": 768,
-            "output_jitter": 0.3,
-        },
+        load=_closed(32, prompt=384, output=768, output_jitter=0.3),
     ),
     Scenario(
         "launch-bound",
@@ -98,24 +101,21 @@ _LIST = (
             "kernel_fixed_s": 0.000007, "launch_overhead_s": 0.000008, "cpu_step_s": 0.0005,
             "cpu_per_seq_s": 0.00001,
         },
-        load={"mode": "closed", "concurrency": 16, "prompt_tokens": 128, "output_tokens": 512},
+        load=_closed(16, prompt=128, output=512),
     ),
     Scenario(
         "compute-bound",
         "saturated, compute-bound: 64 users of ~2,000-token prompts and short answers fill "
         "8,192-token steps: tensor cores busy",
         engine={"max_num_batched_tokens": 8192},
-        load={
-            "mode": "closed", "concurrency": 64, "prompt_tokens": 2048, "prompt_jitter": 0.25,
-            "output_tokens": 16, "output_jitter": 0.5,
-        },
+        load=_closed(64, prompt=2048, output=16, prompt_jitter=0.25, output_jitter=0.5),
     ),
     Scenario(
         "memory-bound",
         "saturated, memory-bound: 256 users decoding long answers in one big batch: "
         "every step streams the weights and a large KV cache from HBM",
         engine={"max_num_seqs": 256},
-        load={"mode": "closed", "concurrency": 256, "prompt_tokens": 256, "output_tokens": 1024},
+        load=_closed(256, prompt=256, output=1024),
     ),
     Scenario(
         "comm-bound",
@@ -125,10 +125,7 @@ _LIST = (
         engine={
             "model": "llama-1b", "tensor_parallel_size": 8, "max_num_batched_tokens": 65536,
         },
-        load={
-            "mode": "closed", "concurrency": 160, "prompt_tokens": 4096, "prompt_jitter": 0.2,
-            "output_tokens": 32, "output_jitter": 0.5,
-        },
+        load=_closed(160, prompt=4096, output=32, prompt_jitter=0.2, output_jitter=0.5),
     ),
 )  # fmt: skip
 
