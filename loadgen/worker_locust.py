@@ -531,12 +531,20 @@ def _emit(rec: RequestRecord) -> None:
     STATE.lines.append(rec.to_line())
 
 
-class ClosedLoopUser(FastHttpUser):
+class _StreamingUser(FastHttpUser):
+    """What both kinds of user share. Each one's task loops by itself, so Locust has no
+    pause to add between tasks; a request is sent once: a retry would hide its failure
+    and time two attempts as one request."""
+
+    abstract = True
+    wait_time = constant(0)
+    max_retries = 0
+
+
+class ClosedLoopUser(_StreamingUser):
     """One stream at a time, back to back: the sweep's concurrency is the user count."""
 
-    wait_time = constant(0)
     concurrency = 1
-    max_retries = 0
 
     @task
     def one(self) -> None:
@@ -583,12 +591,10 @@ def _dephased(p: Prompt) -> Prompt:
     return replace(p, max_tokens=1 + int(random.random() * p.max_tokens))
 
 
-class OpenLoopUser(FastHttpUser):
+class OpenLoopUser(_StreamingUser):
     """One per process: starts requests on a Poisson or constant schedule, however many are open."""
 
-    wait_time = constant(0)
     concurrency = 20000
-    max_retries = 0
 
     @task
     def dispatch(self) -> None:
