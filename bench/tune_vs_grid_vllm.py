@@ -43,12 +43,17 @@ SWEEP = ["--step-seconds", "3", "--warmup-seconds", "1", "--sample-interval", "0
          "--input-tokens", "32", "--output-tokens", "200", "--max-concurrency", "16", "--quiet"]  # fmt: skip
 
 
-def launch_template() -> str:
+def launch_template(pin: bool = False) -> str:
     python = serve.ensure_venv()
     model = serve.ensure_model(python)
     env = " ".join(f"{k}={v}" for k, v in serve.SERVER_ENV.items())
+    # --pin: vLLM on CPU 0 with one OpenMP thread, this script (the tune, its sweeps) on CPU 1,
+    # as bench/whatif_vllm.py runs it (bench/results/step_cost_vllm_cpu.txt says why).
+    pinned = "taskset -c 0 " if pin else ""
+    if pin:
+        env += " VLLM_CPU_OMP_THREADS_BIND=0"
     return (
-        f"env {env} {python} -m vllm.entrypoints.openai.api_server --model {model} "
+        f"{pinned}env {env} {python} -m vllm.entrypoints.openai.api_server --model {model} "
         f"--served-model-name {serve.SERVED_MODEL_NAME} --host 127.0.0.1 --port {{port}} "
         "--max-model-len 1024 --dtype float32 --max-num-seqs {max_num_seqs} "
         "--num-gpu-blocks-override {num_gpu_blocks_override}"
@@ -87,11 +92,13 @@ class Beside:
         )
 
 
-def tune(out: Path, grid: bool, max_runs: int | None = None) -> tuple[dict[str, Any], str]:
+def tune(
+    out: Path, grid: bool, max_runs: int | None = None, pin: bool = False
+) -> tuple[dict[str, Any], str]:
     knobs = [
         f"{k}={','.join(map(str, v))}" if grid else f"{k}={v[0]}:{v[-1]}" for k, v in GRID.items()
     ]
-    cmd = [sys.executable, "-m", "headroom", "tune", "--launch", launch_template(),
+    cmd = [sys.executable, "-m", "headroom", "tune", "--launch", launch_template(pin),
            "--target", "http://127.0.0.1:{port}",
            *[x for k in knobs for x in ("--knob", k)], *SWEEP, "--out", str(out)]  # fmt: skip
     if grid:
@@ -125,11 +132,15 @@ def main() -> None:
     p.add_argument("--only", choices=["tune", "grid"], help="run one side only")
     p.add_argument("--append", action="store_true", help="add to the results file")
     p.add_argument("--keep", type=Path, help="keep the tune folders here")
+    p.add_argument("--pin", action="store_true", help="vLLM on CPU 0, the tune on CPU 1")
     args = p.parse_args()
+    if args.pin:
+        os.sched_setaffinity(0, {1})
     grid_said = " x ".join(f"{k} {v}" for k, v in GRID.items())
     rows = [
         "# headroom tune vs --grid on real vLLM (CPU build, tiny model; bench/tune_vs_grid_vllm.py)",
-        f"# {time.strftime('%Y-%m-%d %H:%M')} UTC on {platform.node()} (2 shared cores), load "
+        f"# {time.strftime('%Y-%m-%d %H:%M')} UTC on {platform.node()} (2 shared cores"
+        f"{'; vLLM pinned to CPU 0, one OpenMP thread, the tune on CPU 1' if args.pin else ''}), load "
         f"average at start {os.getloadavg()[0]:.1f}; sweeps {' '.join(SWEEP[:10])}; "
         f"grid {grid_said}; the tune from the first values, each bounded by the last",
         "",
@@ -141,7 +152,7 @@ def main() -> None:
         for mode in ("tune", "grid"):
             if args.only and args.only != mode:
                 continue
-            results[mode] = tune(work / mode, grid=mode == "grid")
+            results[mode] = tune(work / mode, grid=mode == "grid", pin=args.pin)
             t, beside = results[mode]
             rows += [row(mode, t), f"    beside it: {beside}",
                      "    runs: " + "; ".join(run_said(r) for r in t["runs"])]  # fmt: skip
