@@ -105,15 +105,17 @@ class StepMemory:
     def add(self, scope: str, p: StepPoint) -> None:
         bins = self._bins.setdefault(scope, {})
         bins[round(math.log(p.tokens) / math.log(BIN_RATIO))] = p
+        for k in [k for k, q in bins.items() if p.wall - q.wall > MAX_AGE_S]:
+            del bins[k]
         if len(bins) > MAX_BINS:
             del bins[min(bins, key=lambda k: bins[k].wall)]
 
     def costs(self, now: float) -> dict[str, StepCost]:
+        """Each engine's line through its points of the last MAX_AGE_S (reads only: a peek
+        between steps may ask)."""
         out = {}
-        for scope, bins in self._bins.items():
-            for k in [k for k, p in bins.items() if now - p.wall > MAX_AGE_S]:
-                del bins[k]
-            cost = fit(bins.values())
+        for scope, bins in list(self._bins.items()):
+            cost = fit(q for q in list(bins.values()) if now - q.wall <= MAX_AGE_S)
             if cost is not None:
                 out[scope] = cost
         return out
