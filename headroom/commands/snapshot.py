@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from headroom.commands.common import (
     add_diagnosis_flags,
@@ -12,7 +13,7 @@ from headroom.commands.common import (
     build_diagnoser_from_args,
     build_sources_from_args,
 )
-from monitor.core.errors import ConfigError, NoDataError
+from monitor.core.errors import ConfigError, EndpointError, NoDataError
 from monitor.watch.report import error_line, render_text
 
 HELP = "one reading of GPUs, engines and host, with the diagnosis"
@@ -55,6 +56,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "p95, e.g. itl_p95=0.05); repeat for several",
     )
     p.add_argument(
+        "--remote",
+        metavar="AGENT_URL",
+        help="print a running agent's latest report (its /api/v1/snapshot) instead of sampling: "
+        "what it has learned over time comes with it (held verdicts, caps seen under load, the "
+        "step cost its what-if prices changes with)",
+    )
+    p.add_argument(
         "--profile-rate",
         type=int,
         default=50,
@@ -67,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     from monitor.read.sampler import Sampler
     from monitor.watch.pipeline import Monitor
 
+    if args.remote:
+        slos = _slos(args)  # a bad flag is told before the agent is asked
+        return _print(args, _remote_report(args.remote, args.timeout), slos)
     if args.window <= 0:
         raise ConfigError("--window must be positive")
     interval = args.interval if args.interval is not None else min(1.0, args.window / 4)
@@ -111,19 +122,7 @@ def run(args: argparse.Namespace) -> int:
                     {"source": err.source, "target": err.target, "message": err.message}
                 )
                 print(f"headroom snapshot: {line}", file=sys.stderr)
-    if args.target_rate is not None:
-        from monitor.diagnosis.capacity import capacity
-
-        report["capacity"] = capacity(report, args.target_rate, slos)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    elif not no_data:
-        # With nothing read, an empty table says nothing the closing line does not.
-        print(render_text(report))
-        if args.target_rate is not None:
-            from monitor.diagnosis.capacity import capacity_text
-
-            print(capacity_text(report["capacity"]))
+    _print(args, report, slos, shown=not no_data)
     if no_data:
         why = "; ".join(error_line(e) for e in report["errors"][:3])
         print(
@@ -133,6 +132,52 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _print(
+    args: argparse.Namespace, report: dict[str, Any], slos: dict[str, float], shown: bool = True
+) -> int:
+    """The report as JSON or a table, with the capacity for --target-rate."""
+    if args.target_rate is not None:
+        from monitor.diagnosis.capacity import capacity
+
+        report["capacity"] = capacity(report, args.target_rate, slos)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    elif shown:
+        # With nothing read, an empty table says nothing the closing line does not.
+        print(render_text(report))
+        if args.target_rate is not None:
+            from monitor.diagnosis.capacity import capacity_text
+
+            print(capacity_text(report["capacity"]))
+    return 0
+
+
+def _remote_report(agent_url: str, timeout: float | None) -> dict[str, Any]:
+    """A running agent's latest report; one line where it cannot be read."""
+    import httpx
+
+    from monitor.tui.feeds import snapshot_url
+
+    url = snapshot_url(agent_url)
+    try:
+        resp = httpx.get(url, timeout=timeout or 2.0)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"{url}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+    if resp.status_code == 401:
+        raise EndpointError(f"{url}: HTTP 401: the agent asks for credentials")
+    if resp.status_code == 503:
+        raise NoDataError(f"{url}: the agent has no reading yet")
+    if resp.status_code != 200:
+        raise EndpointError(f"{url}: HTTP {resp.status_code}")
+    try:
+        report = resp.json()
+    except ValueError:
+        raise EndpointError(f"{url}: the answer is not JSON") from None
+    if not isinstance(report, dict) or "gpus" not in report or "engines" not in report:
+        raise EndpointError(f"{url}: the answer is not a headroom report")
+    return report
 
 
 def _slos(args: argparse.Namespace) -> dict[str, float]:

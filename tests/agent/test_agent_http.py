@@ -254,3 +254,40 @@ def test_ticks_further_apart_than_the_digest_are_made_at_once(start_agent) -> No
     agent = start_agent([gpu], interval=6.0, window=12.0)
     wait_until(lambda: gpu.reads >= 1, timeout=20)
     wait_until(lambda: agent.stats.last_tick_wall() is not None, timeout=3)
+
+
+def _snapshot(*args: str) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "headroom", "snapshot", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_snapshot_remote_prints_the_agents_latest_report(start_agent) -> None:
+    gpu, engine = FakeGpuSource(util=0.6, sm_active=0.45), FakeEngineSource(running=4, waiting=0)
+    agent = start_agent([gpu, engine])
+    wait_until(lambda: get(agent.url + "/api/v1/snapshot").status_code == 200)
+    out = _snapshot("--remote", agent.url, "--json")
+    assert out.returncode == 0, out.stderr
+    report = __import__("json").loads(out.stdout)
+    assert report["engines"][0]["running"] == pytest.approx(4)
+    assert report["gpus"][0]["util"] == pytest.approx(0.6)
+    # The table a user reads, from the agent's report, with its verdicts.
+    text = _snapshot("--remote", agent.url.removeprefix("http://"))
+    assert text.returncode == 0, text.stderr
+    assert "tiny" in text.stdout and "4" in text.stdout
+
+
+def test_snapshot_remote_of_an_agent_that_is_down_is_one_line() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = _snapshot("--remote", f"127.0.0.1:{port}", "--timeout", "1")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{port}/api/v1/snapshot" in lines[0]
+    assert "Traceback" not in out.stderr
