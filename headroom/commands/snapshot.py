@@ -13,7 +13,7 @@ from headroom.commands.common import (
     build_diagnoser_from_args,
     build_sources_from_args,
 )
-from monitor.core.errors import ConfigError, EndpointError, NoDataError
+from monitor.core.errors import ConfigError, NoDataError
 from monitor.watch.report import error_line, render_text
 
 HELP = "one reading of GPUs, engines and host, with the diagnosis"
@@ -154,30 +154,15 @@ def _print(
     return 0
 
 
-def _remote_report(agent_url: str, timeout: float | None) -> dict[str, Any]:
-    """A running agent's latest report; one line where it cannot be read."""
+def _remote_report(agent_url: str, timeout: float) -> dict[str, Any]:
+    """A running agent's latest report (monitor.fleet.agents.read_report: one line where it
+    cannot be read)."""
     import httpx
 
-    from monitor.tui.feeds import snapshot_url
+    from monitor.fleet.agents import read_report, snapshot_url
 
-    url = snapshot_url(agent_url)
-    try:
-        resp = httpx.get(url, timeout=timeout or 2.0)
-    except httpx.HTTPError as exc:
-        raise EndpointError(f"{url}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
-    if resp.status_code == 401:
-        raise EndpointError(f"{url}: HTTP 401: the agent asks for credentials")
-    if resp.status_code == 503:
-        raise NoDataError(f"{url}: the agent has no reading yet")
-    if resp.status_code != 200:
-        raise EndpointError(f"{url}: HTTP {resp.status_code}")
-    try:
-        report = resp.json()
-    except ValueError:
-        raise EndpointError(f"{url}: the answer is not JSON") from None
-    if not isinstance(report, dict) or "gpus" not in report or "engines" not in report:
-        raise EndpointError(f"{url}: the answer is not a headroom report")
-    return report
+    with httpx.Client(timeout=timeout) as client:
+        return read_report(client, snapshot_url(agent_url))
 
 
 def _slos(args: argparse.Namespace) -> dict[str, float]:

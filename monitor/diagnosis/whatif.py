@@ -305,20 +305,18 @@ def _entry(
     limits: Mapping[str, float],
     index: int,
 ) -> dict[str, Any]:
+    # Throughput at the new limit over the window's (the recompute a KV change gives back in).
     recovered = _recovered(load, move)
-    gain = recovered * _throughput(load, factor) / _throughput(load, before)
+    scale = recovered * _throughput(load, factor)
+    gain = scale / _throughput(load, before)
     itl = _growth(load, factor) / _growth(load, before)
     ttft = itl
     if move.knob == "max_num_batched_tokens" and load.prompt_tokens_mean:
         # A prompt takes ceil(prompt / budget) steps to prefill: fewer with a bigger budget.
         chunks = math.ceil(load.prompt_tokens_mean / move.current)
         ttft = itl * math.ceil(load.prompt_tokens_mean / move.proposed) / max(chunks, 1)
-    tok = (
-        None
-        if load.tokens_per_s is None
-        else load.tokens_per_s * recovered * _throughput(load, factor)
-    )
-    rate = None if load.rate_rps is None else load.rate_rps * recovered * _throughput(load, factor)
+    tok = None if load.tokens_per_s is None else load.tokens_per_s * scale
+    rate = None if load.rate_rps is None else load.rate_rps * scale
     next_limit = None
     if nxt is not None:
         f = max(1.0, limits[nxt])

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from monitor.core.errors import EndpointError
 from monitor.fleet.model import (
     STALE_AFTER_S,
     Fleet,
@@ -33,6 +34,30 @@ def snapshot_url(agent_url: str) -> str:
     if "://" not in url:
         url = "http://" + url
     return url.removesuffix("/api/v1/snapshot") + "/api/v1/snapshot"
+
+
+def read_report(client: httpx.Client, url: str) -> dict[str, Any]:
+    """An agent's latest report from its snapshot ``url``; EndpointError, one line without the
+    URL's credentials, where it cannot be read (down, an HTTP error, not a headroom report)."""
+    shown = display_url(url)
+    try:
+        resp = client.get(url)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"{shown}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+    if resp.status_code != 200:
+        why = _STATUS_WORDS.get(resp.status_code, "")
+        raise EndpointError(f"{shown}: HTTP {resp.status_code}{why}")
+    try:
+        report = resp.json()
+    except ValueError:
+        raise EndpointError(f"{shown}: the answer is not JSON") from None
+    if not isinstance(report, dict) or "gpus" not in report or "engines" not in report:
+        raise EndpointError(f"{shown}: the answer is not a headroom report")
+    return report
+
+
+# What an agent's own answers mean (monitor/serve/agent.py).
+_STATUS_WORDS = {401: ": the agent asks for credentials", 503: ": the agent has no reading yet"}
 
 
 def instance_of(url: str) -> str:
@@ -108,20 +133,12 @@ def read_agents(
     def one(client: httpx.Client, url: str) -> FleetHost:
         instance = instance_of(url)
         try:
-            resp = client.get(url)
-            resp.raise_for_status()
-            report = resp.json()
-        except httpx.HTTPStatusError as exc:
-            note = f"{display_url(url)}: HTTP {exc.response.status_code}"
-        except httpx.HTTPError as exc:
-            note = f"{display_url(url)}: {type(exc).__name__}: {exc}".rstrip(": ")
-        except ValueError:
-            note = f"{display_url(url)}: the answer is not JSON"
-        else:
-            if isinstance(report, dict) and "gpus" in report and "engines" in report:
-                return host_from_report(instance, report, wall(), stale_after_s)
-            note = f"{display_url(url)}: the answer is not a headroom report"
-        return FleetHost(instance=instance, present=False, note=note, stale_after_s=stale_after_s)
+            report = read_report(client, url)
+        except EndpointError as exc:
+            return FleetHost(
+                instance=instance, present=False, note=str(exc), stale_after_s=stale_after_s
+            )
+        return host_from_report(instance, report, wall(), stale_after_s)
 
     with (
         httpx.Client(timeout=timeout) as client,

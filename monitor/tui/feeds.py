@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from monitor.core.errors import ConfigError
+from monitor.core.errors import ConfigError, EndpointError
 from monitor.read.recording import Recorder, Recording, read_recording
 from monitor.sources.samples import Snapshot
 
@@ -160,20 +160,13 @@ class LocalFeed(_RecordingMixin):
         self.stop_recording()
 
 
-def snapshot_url(agent_url: str) -> str:
-    url = agent_url.rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    if not url.endswith("/api/v1/snapshot"):
-        url += "/api/v1/snapshot"
-    return url
-
-
 class RemoteFeed(_RecordingMixin):
     """Polls a running agent's /api/v1/snapshot; an unreachable agent is a frame with an error."""
 
     def __init__(self, agent_url: str, interval: float = 1.0, timeout: float = 2.0) -> None:
         import httpx
+
+        from monitor.fleet.agents import snapshot_url
 
         if interval <= 0:
             raise ConfigError("--interval must be positive")
@@ -188,20 +181,12 @@ class RemoteFeed(_RecordingMixin):
         self._next_at = time.monotonic()
 
     def _fetch(self) -> Frame:
-        import httpx
+        from monitor.fleet.agents import read_report
 
         try:
-            resp = self._client.get(self.url)
-            resp.raise_for_status()
-            report = resp.json()
-        except httpx.HTTPStatusError as exc:
-            return Frame(None, error=f"{self.url}: HTTP {exc.response.status_code}")
-        except httpx.HTTPError as exc:
-            return Frame(None, error=f"{self.url}: {type(exc).__name__}: {exc}".rstrip(": "))
-        except ValueError:
-            return Frame(None, error=f"{self.url}: the answer is not JSON")
-        if not isinstance(report, dict) or "gpus" not in report or "engines" not in report:
-            return Frame(None, error=f"{self.url}: the answer is not a headroom report")
+            report = read_report(self._client, self.url)
+        except EndpointError as exc:
+            return Frame(None, error=str(exc))
         self._record(None, report)
         return Frame(freeze(report))
 
