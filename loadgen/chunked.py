@@ -33,6 +33,10 @@ class ChunkedBody:
         # plain attribute, not a property: the reader asks after every token.
         self.done = False
 
+    def between_chunks(self) -> bool:
+        """No chunk, size line or trailer half-read: the next byte starts a chunk's size."""
+        return self._state == _SIZE and not self._buf and not self.done
+
     def feed(self, data: bytes) -> bytes:
         """The payload in ``data`` (b"" if none completes here); raises ChunkError on bad framing."""
         if self._state == _SIZE and not self._buf:

@@ -203,6 +203,14 @@ class SseParser:
         self._pre, self._post, self._npre, self._npost = pre, post, len(pre), len(post)
         self._tail, self._ntail = post + b"\n\n", len(post) + 2
 
+    def template(self) -> tuple[bytes, bytes, list[float]] | None:
+        """(bytes before a text, bytes after it with the blank line, the gaps list) once the
+        stream's shape is learnt and no event is half-read; else None. An event of exactly
+        that shape around a text with no quote or newline is one token (see ``feed``)."""
+        if self._pre is None or self._buf:
+            return None
+        return self._pre, self._tail, self.state.gaps
+
     def finish(self, now: float) -> None:
         """The body ended: an event without its trailing blank line still counts."""
         if self._buf.strip():

@@ -12,22 +12,35 @@ sockets readable runs all their callbacks in turn, with no switch and no second 
 Each read is stamped with the kernel's receive time (SO_TIMESTAMPNS) where the socket
 has it, so the order the sockets are read in changes no token's time.
 
+Where the package was built with its C part (``loadgen._hotread``), the callback is C's for
+the read nearly every token is, one whole chunk of the stream's learnt shape, and this
+module's Python for everything else (it arms C again after each read it takes). Without it,
+Python reads every token, with the same results.
+
 Imported by the worker process only (gevent); TLS sockets stay with their own greenlet,
 as their decrypted bytes are buffered where epoll cannot see them.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Any
 
 import gevent
+import gevent.socket
 from gevent.event import AsyncResult
 
 from loadgen import rxstamp
 from loadgen.chunked import ChunkedBody
+from loadgen.read_collect import CollectPolicy
 from loadgen.sse import SseParser
+
+try:
+    from loadgen import _hotread
+except ImportError:  # built without its C part (no compiler): Python reads every token
+    _hotread = None  # type: ignore[assignment]
 
 RECV_BYTES = 65536
 _READ = 1  # libev's EV_READ
@@ -45,7 +58,7 @@ class Stream:
     """One response body being read: the HTTP parser, the SSE parser and what they found."""
 
     __slots__ = ("raw", "sock", "fd", "kernel", "parser", "nbytes", "end", "first_kernel",
-                 "error", "done", "chunks", "watcher")  # fmt: skip
+                 "error", "done", "chunks", "watcher", "hot")  # fmt: skip
 
     def __init__(self, raw: Any, sock: Any, kernel: bool, parser: SseParser, end: float,
                  chunks: ChunkedBody | None = None) -> None:  # fmt: skip
@@ -62,6 +75,18 @@ class Stream:
         self.error: str | None = None
         self.done = AsyncResult()
         self.watcher: Any = None  # the hub's I/O watcher while the body is being read
+        self.hot: Any = None  # the C reader, where it reads this stream
+
+    def armed(self) -> tuple[bytes, bytes, list[float]] | None:
+        """What the C reader needs to read the next token itself, or None where it must not.
+
+        It may when the next read starting a new chunk and a new event would be one token
+        of the learnt shape: the first token already seen, no chunk or event half-read.
+        """
+        chunks, parser = self.chunks, self.parser
+        if chunks is None or self.first_kernel is None or not chunks.between_chunks():
+            return None
+        return parser.template()
 
     def feed(self, data: bytes, stamp: float, kernel: bool) -> None:
         """Body bytes as read off the socket at ``stamp``."""
@@ -108,8 +133,13 @@ class Stream:
 class StreamReader:
     """Reads the registered streams' sockets as they turn readable; one per process."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = True, collect: bool = True) -> None:
         self._loop = gevent.get_hub().loop
+        # False: Python reads every token (the tests compare the two paths).
+        self.native = native and _hotread is not None
+        # libev's io collect interval, where the hub is gevent's libev (see read_collect).
+        self._set_collect = _collect_setter(self._loop) if collect else None
+        self.collect = CollectPolicy()
 
     def read(self, stream: Stream) -> None:
         """Read ``stream`` to its end (or error); returns when it is done.
@@ -119,11 +149,26 @@ class StreamReader:
         """
         watcher = self._loop.io(stream.fd, _READ)
         stream.watcher = watcher
-        watcher.start(self._readable, stream)
+        if stream.kernel and self._set_collect is not None:
+            self._collect(self.collect.opened())
+        if self.native and stream.chunks is not None:
+            hot = _hotread.Reader(stream.fd, stream.kernel, _MAX_AGE_S, stream,
+                                  stream.parser.state, self._slow_for(stream))  # fmt: skip
+            stream.hot = hot
+            hot.arm(self._slow(stream, None, 0.0, 0, 0))  # the head may have brought a token
+            watcher.start(hot)
+        else:
+            watcher.start(self._readable, stream)
         try:
             stream.done.get()
         finally:
             self.forget(stream)
+            if stream.kernel and self._set_collect is not None:
+                self._collect(self.collect.closed(stream.parser.state.gaps))
+
+    def _collect(self, interval_s: float | None) -> None:
+        if interval_s is not None:
+            self._set_collect(interval_s)  # type: ignore[misc]
 
     def forget(self, stream: Stream) -> None:
         watcher = stream.watcher
@@ -131,6 +176,42 @@ class StreamReader:
             stream.watcher = None
             watcher.stop()
             watcher.close()
+        hot = stream.hot
+        if hot is not None:
+            stream.hot = None
+            hot.close()  # it holds the stream: let the cycle go now
+
+    def _slow_for(self, stream: Stream) -> Any:
+        def slow(data: bytes | None, stamp: float, kernel: int, err: int) -> Any:
+            return self._slow(stream, data, stamp, kernel, err)
+
+        return slow
+
+    def _slow(self, stream: Stream, data: bytes | None, stamp: float, kernel: int,
+              err: int) -> tuple[bytes, bytes, list[float]] | None:  # fmt: skip
+        """A read the C reader left to Python: what ``_readable`` does after its recv.
+
+        ``data`` None: nothing read (an error ``err``, or 0: only the arming asked for).
+        Returns how the C reader may read the next token, or None.
+        """
+        if stream.watcher is None:
+            return None
+        try:
+            if data is None:
+                if err:  # as the Python read would have raised it (ConnectionResetError, ...)
+                    raise OSError(err, os.strerror(err))
+            elif not data:
+                self._finish(stream, "connection closed mid-stream")
+                return None
+            else:
+                stream.feed(data, stamp, bool(kernel))
+                if stream.raw.message_complete:
+                    self._finish(stream, None)
+                    return None
+            return stream.armed()
+        except Exception as exc:  # as in _readable: the hub must not see it
+            self._finish(stream, f"{type(exc).__name__}: {exc}"[:300])
+            return None
 
     def _readable(self, stream: Stream) -> None:
         """The watcher's callback, run by the hub: read, stamp and parse what has arrived.
@@ -181,6 +262,25 @@ class StreamReader:
         stream.done.set(None)
 
 
+def _collect_setter(loop: Any) -> Any:
+    """A function that sets libev's io collect interval on ``loop``, or None where the hub is
+    not gevent's libev loop (libuv, or a libev without the symbol): reads are then as ever."""
+    ptr = getattr(loop, "ptr", None)
+    if not ptr or type(loop).__module__ != "gevent.libev.corecext":
+        return None
+    try:
+        import ctypes
+
+        import gevent.libev.corecext as corecext
+
+        fn = ctypes.CDLL(corecext.__file__).ev_set_io_collect_interval
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_double]
+    fn.restype = None
+    return lambda seconds: fn(ptr, seconds)
+
+
 _READER: StreamReader | None = None
 
 
@@ -188,11 +288,20 @@ def reader() -> StreamReader:
     global _READER
     if _READER is None:
         _READER = StreamReader()
+
     return _READER
+
+
+_GEVENT_SOCKET = gevent.socket.socket
 
 
 def plain_socket(sock: Any) -> Any | None:
     """The plain socket under gevent's, when epoll can see all its bytes (not TLS); else None."""
+    if type(sock) is _GEVENT_SOCKET:
+        # gevent's own plain TCP socket (TLS is a subclass): no hasattr, which on gevent's
+        # socket builds and drops an AttributeError, three times a request.
+        inner = sock._sock
+        return inner if inner.family in _INET else None
     if sock is None or hasattr(sock, "cipher"):
         return None
     inner = getattr(sock, "_sock", None)

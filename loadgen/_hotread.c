@@ -1,0 +1,345 @@
+/* The load generator's per-token read, in C: one whole SSE chunk of a stream's learnt shape.
+ *
+ * gevent's hub calls a stream's reader once per token of every open stream. In Python that
+ * callback (recvmsg, its ancillary list, the kernel stamp, the chunked framing, the SSE
+ * template compare, the state's updates) cost about as much user time as the kernel's own
+ * receive path; here it costs a fraction of it. It does only the case that is nearly every
+ * read: exactly one chunk "<hex>\r\n<payload>\r\n" whose payload is the stream's template
+ * (the bytes before and after a token's text, learnt by loadgen.sse.SseParser) around a text
+ * with no quote or newline. Everything else (the first token, a chunk split across reads,
+ * several in one, usage, errors, the end of the body, a socket error) goes to the Python
+ * reader, byte for byte as it would have without this module, and the Python reader says
+ * whether the next read may take this path again (it "arms" it with the template).
+ *
+ * The state it updates is the Python objects' own (the Stream and its parser's StreamState),
+ * so the Python reader and the records see one timeline whichever path read a token.
+ * Stamps are time.perf_counter() times (CLOCK_MONOTONIC on Linux), taken from the kernel's
+ * receive stamp (SO_TIMESTAMPNS, CLOCK_REALTIME) as loadgen.rxstamp.to_perf does.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define RECV_BYTES 65536
+
+static PyObject *s_watcher, *s_last, *s_events, *s_nbytes, *s_end;
+/* Filled and copied out (or consumed) before anything can run another reader: the GIL is
+ * held throughout and the socket is read without waiting. */
+static char rbuf[RECV_BYTES];
+
+typedef struct {
+    PyObject_HEAD
+    int fd;
+    int stamped;        /* the socket carries the kernel's receive stamps */
+    double max_age;     /* a stamp further than this from now is not trusted */
+    PyObject *stream;   /* loadgen.worker_reader.Stream */
+    PyObject *state;    /* its parser's StreamState */
+    PyObject *slow;     /* slow(data | None, stamp, kernel, errno) -> (pre, tail, gaps) | None */
+    PyObject *pre;      /* armed: the template's bytes before a text */
+    PyObject *tail;     /* armed: its bytes after it, with the blank line */
+    PyObject *gaps;     /* armed: state.gaps */
+} Reader;
+
+static void disarm(Reader *r) {
+    Py_CLEAR(r->pre);
+    Py_CLEAR(r->tail);
+    Py_CLEAR(r->gaps);
+}
+
+static int Reader_traverse(Reader *r, visitproc visit, void *arg) {
+    Py_VISIT(r->stream);
+    Py_VISIT(r->state);
+    Py_VISIT(r->slow);
+    Py_VISIT(r->pre);
+    Py_VISIT(r->tail);
+    Py_VISIT(r->gaps);
+    return 0;
+}
+
+static int Reader_clear(Reader *r) {
+    Py_CLEAR(r->stream);
+    Py_CLEAR(r->state);
+    Py_CLEAR(r->slow);
+    disarm(r);
+    return 0;
+}
+
+static void Reader_dealloc(Reader *r) {
+    PyObject_GC_UnTrack(r);
+    Reader_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static int Reader_init(Reader *r, PyObject *args, PyObject *kw) {
+    static char *names[] = {"fd", "stamped", "max_age", "stream", "state", "slow", NULL};
+    int fd, stamped;
+    double max_age;
+    PyObject *stream, *state, *slow;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ipdOOO", names, &fd, &stamped, &max_age,
+                                     &stream, &state, &slow))
+        return -1;
+    if (!PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "slow must be callable");
+        return -1;
+    }
+    r->fd = fd;
+    r->stamped = stamped;
+    r->max_age = max_age;
+    Py_INCREF(stream);
+    Py_XSETREF(r->stream, stream);
+    Py_INCREF(state);
+    Py_XSETREF(r->state, state);
+    Py_INCREF(slow);
+    Py_XSETREF(r->slow, slow);
+    disarm(r);
+    return 0;
+}
+
+/* What the Python reader returned: None leaves the fast path off, (pre, tail, gaps) arms it. */
+static int arm(Reader *r, PyObject *how) {
+    disarm(r);
+    if (how == Py_None)
+        return 0;
+    if (!PyTuple_Check(how) || PyTuple_GET_SIZE(how) != 3 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(how, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(how, 1)) ||
+        !PyList_Check(PyTuple_GET_ITEM(how, 2))) {
+        PyErr_SetString(PyExc_TypeError, "the reader arms with (bytes, bytes, list) or None");
+        return -1;
+    }
+    r->pre = Py_NewRef(PyTuple_GET_ITEM(how, 0));
+    r->tail = Py_NewRef(PyTuple_GET_ITEM(how, 1));
+    r->gaps = Py_NewRef(PyTuple_GET_ITEM(how, 2));
+    return 0;
+}
+
+static PyObject *call_slow(Reader *r, PyObject *data, double stamp, int kernel, int err) {
+    PyObject *how = PyObject_CallFunction(r->slow, "Odii", data, stamp, kernel, err);
+    if (how == NULL)
+        return NULL;
+    int bad = arm(r, how);
+    Py_DECREF(how);
+    if (bad)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static inline double seconds(const struct timespec *t) {
+    return (double)t->tv_sec + (double)t->tv_nsec * 1e-9;
+}
+
+/* The payload's length if d[0:n] is one whole chunk of the armed shape, else -1; *text: it
+ * carries a text (an empty one is an event without a token). As loadgen.chunked's and
+ * loadgen.sse's fast paths read it. */
+static Py_ssize_t one_token_chunk(Reader *r, const char *d, Py_ssize_t n, int *text) {
+    Py_ssize_t i = 0;
+    size_t size = 0;
+    for (; i < n && i < 16; i++) {
+        char c = d[i];
+        int v;
+        if (c >= '0' && c <= '9')
+            v = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            v = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            v = c - 'A' + 10;
+        else
+            break;
+        size = size * 16 + (size_t)v;
+    }
+    if (i == 0 || i + 1 >= n || d[i] != '\r' || d[i + 1] != '\n')
+        return -1;
+    Py_ssize_t start = i + 2;
+    if (size == 0 || size != (size_t)(n - start - 2) || d[n - 2] != '\r' || d[n - 1] != '\n')
+        return -1;
+    const char *p = d + start;
+    Py_ssize_t m = (Py_ssize_t)size;
+    Py_ssize_t np = PyBytes_GET_SIZE(r->pre), nt = PyBytes_GET_SIZE(r->tail);
+    if (m < np + nt || memcmp(p, PyBytes_AS_STRING(r->pre), (size_t)np) != 0 ||
+        memcmp(p + m - nt, PyBytes_AS_STRING(r->tail), (size_t)nt) != 0)
+        return -1;
+    for (Py_ssize_t k = np; k < m - nt; k++)
+        if (p[k] == '"' || p[k] == '\n')
+            return -1;
+    *text = m - nt > np;
+    return m;
+}
+
+/* obj.name += add, for an int attribute. */
+static int add_to(PyObject *obj, PyObject *name, Py_ssize_t add) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *w = PyLong_FromSsize_t(n + add);
+    if (w == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(obj, name, w);
+    Py_DECREF(w);
+    return rc;
+}
+
+static int count_token(Reader *r, PyObject *now, double stamp) {
+    PyObject *last = PyObject_GetAttr(r->state, s_last);
+    if (last == NULL)
+        return -1;
+    double was = PyFloat_AsDouble(last);
+    Py_DECREF(last);
+    if (was == -1.0 && PyErr_Occurred())
+        return -1;
+    PyObject *gap = PyFloat_FromDouble(stamp - was);
+    if (gap == NULL)
+        return -1;
+    int rc = PyList_Append(r->gaps, gap);
+    Py_DECREF(gap);
+    if (rc < 0 || PyObject_SetAttr(r->state, s_last, now) < 0)
+        return -1;
+    return add_to(r->state, s_events, 1);
+}
+
+/* The hub's callback: the stream's socket is readable. */
+static PyObject *Reader_call(Reader *r, PyObject *args, PyObject *kw) {
+    if (r->stream == NULL)
+        Py_RETURN_NONE;
+    PyObject *watcher = PyObject_GetAttr(r->stream, s_watcher);
+    if (watcher == NULL)
+        return NULL;
+    Py_DECREF(watcher);
+    if (watcher == Py_None) /* let go of: a late wake-up */
+        Py_RETURN_NONE;
+
+    char control[CMSG_SPACE(sizeof(struct timespec))];
+    struct iovec iov = {rbuf, RECV_BYTES};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (r->stamped) {
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+    }
+    ssize_t n = recvmsg(r->fd, &msg, MSG_DONTWAIT);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            Py_RETURN_NONE;
+        return call_slow(r, Py_None, 0.0, 0, errno);
+    }
+    struct timespec mono;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    double stamp = seconds(&mono);
+    int kernel = 0;
+    if (r->stamped) {
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+                struct timespec k, wall;
+                memcpy(&k, CMSG_DATA(c), sizeof k);
+                clock_gettime(CLOCK_REALTIME, &wall);
+                /* The wall-clock stamp as a monotonic time: less the offset between them. */
+                double at = seconds(&k) - (seconds(&wall) - stamp);
+                if (stamp - r->max_age <= at && at <= stamp + 1e-3) {
+                    kernel = 1;
+                    if (at < stamp)
+                        stamp = at;
+                }
+                break;
+            }
+        }
+    }
+    int text = 0;
+    Py_ssize_t payload = (n > 0 && r->pre != NULL) ? one_token_chunk(r, rbuf, n, &text) : -1;
+    if (payload < 0) {
+        PyObject *data = PyBytes_FromStringAndSize(rbuf, n);
+        if (data == NULL)
+            return NULL;
+        PyObject *res = call_slow(r, data, stamp, kernel, 0);
+        Py_DECREF(data);
+        return res;
+    }
+    PyObject *now = PyFloat_FromDouble(stamp);
+    if (now == NULL)
+        return NULL;
+    int rc = (text ? count_token(r, now, stamp) : 0);
+    if (rc == 0)
+        rc = add_to(r->stream, s_nbytes, payload);
+    if (rc == 0)
+        rc = PyObject_SetAttr(r->stream, s_end, now);
+    Py_DECREF(now);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reader_arm(Reader *r, PyObject *how) {
+    if (arm(r, how) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reader_close(Reader *r, PyObject *unused) {
+    Reader_clear(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reader_armed(Reader *r, void *unused) {
+    return PyBool_FromLong(r->pre != NULL);
+}
+
+static PyMethodDef Reader_methods[] = {
+    {"arm", (PyCFunction)Reader_arm, METH_O, "arm((pre, tail, gaps) | None): what slow() returns."},
+    {"close", (PyCFunction)Reader_close, METH_NOARGS, "Let go of the stream: every later call is a no-op."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Reader_getset[] = {
+    {"armed", (getter)Reader_armed, NULL, "Whether the next read may take the C path.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "loadgen._hotread.Reader",
+    .tp_doc = "Reader(fd, stamped, max_age, stream, state, slow): one stream's hub callback.",
+    .tp_basicsize = sizeof(Reader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Reader_init,
+    .tp_dealloc = (destructor)Reader_dealloc,
+    .tp_traverse = (traverseproc)Reader_traverse,
+    .tp_clear = (inquiry)Reader_clear,
+    .tp_call = (ternaryfunc)Reader_call,
+    .tp_methods = Reader_methods,
+    .tp_getset = Reader_getset,
+};
+
+static struct PyModuleDef hotread_module = {
+    PyModuleDef_HEAD_INIT, "loadgen._hotread",
+    "The load generator's per-token read in C (see loadgen/worker_reader.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__hotread(void) {
+    s_watcher = PyUnicode_InternFromString("watcher");
+    s_last = PyUnicode_InternFromString("last_token_at");
+    s_events = PyUnicode_InternFromString("token_events");
+    s_nbytes = PyUnicode_InternFromString("nbytes");
+    s_end = PyUnicode_InternFromString("end");
+    if (!s_watcher || !s_last || !s_events || !s_nbytes || !s_end)
+        return NULL;
+    if (PyType_Ready(&ReaderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&hotread_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&ReaderType);
+    if (PyModule_AddObject(m, "Reader", (PyObject *)&ReaderType) < 0) {
+        Py_DECREF(&ReaderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

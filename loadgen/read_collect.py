@@ -1,0 +1,69 @@
+"""How long the worker's hub may gather readable streams before each poll.
+
+An engine writes a step's tokens one stream at a time, so a client that polls as soon as one
+socket turns readable wakes several times a step for a few tokens each: at 64 streams the
+wake-ups cost more than the tokens. libev can instead sleep up to an interval before each
+poll and take all that arrived meanwhile in one wake-up. The kernel stamped every read's
+arrival (SO_TIMESTAMPNS), so reading it later moves no token's time, as long as two tokens
+of one stream never wait in its socket together: one read would then take both under the
+later one's stamp. So the interval follows the streams: at most a quarter of the shortest
+gaps between a stream's tokens seen lately (each finished stream's 10th percentile), so
+only a gap under a quarter of that could share a read. Below a few open streams each token
+has a wake-up of its own whatever, and the sleep would add one: no gathering then.
+
+Pure and gevent-free: loadgen.worker_reader applies what it says.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+# A quarter of the short gaps: a token is read at most that late into the gap to the next.
+SHARE = 0.25
+MOST_S = 0.002  # past this the next request of a closed loop would wait noticeably
+LEAST_S = 0.00025  # shorter buys too little to be worth the sleep's system call
+STREAMS_FROM = 16
+WINDOW = 32  # finished streams whose gaps count
+MIN_GAPS = 4  # a stream with fewer gaps tells nothing of its pace
+
+
+class CollectPolicy:
+    """Counts the open stamped streams and remembers recent streams' short gaps."""
+
+    __slots__ = ("_open", "_short", "interval_s")
+
+    def __init__(self) -> None:
+        self._open = 0
+        self._short: deque[float] = deque(maxlen=WINDOW)
+        self.interval_s = 0.0  # what libev is told now
+
+    def opened(self) -> float | None:
+        """A stamped stream began: the new interval if it changes, else None."""
+        self._open += 1
+        return self._update()
+
+    def closed(self, gaps: list[float]) -> float | None:
+        """A stamped stream ended with these gaps between its tokens."""
+        self._open -= 1
+        if len(gaps) >= MIN_GAPS:
+            self._short.append(sorted(gaps)[len(gaps) // 10])
+        return self._update()
+
+    def _update(self) -> float | None:
+        want = self._interval()
+        if want == self.interval_s:
+            return None
+        self.interval_s = want
+        return want
+
+    def _interval(self) -> float:
+        if self._open < STREAMS_FROM or not self._short:
+            return 0.0
+        room = SHARE * min(self._short)
+        if room < LEAST_S:
+            return 0.0
+        # Powers of two from LEAST_S: a stream's jitter does not reset libev every request.
+        step = LEAST_S
+        while step * 2 <= min(room, MOST_S):
+            step *= 2
+        return step
