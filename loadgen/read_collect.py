@@ -5,11 +5,13 @@ socket turns readable wakes several times a step for a few tokens each: at 64 st
 wake-ups cost more than the tokens. libev can instead sleep up to an interval before each
 poll and take all that arrived meanwhile in one wake-up. The kernel stamped every read's
 arrival (SO_TIMESTAMPNS), so reading it later moves no token's time, as long as two tokens
-of one stream never wait in its socket together: one read would then take both under the
-later one's stamp. So the interval follows the streams: at most a quarter of the shortest
-gaps between a stream's tokens seen lately (each finished stream's 10th percentile), so
-only a gap under a quarter of that could share a read. Below a few open streams each token
-has a wake-up of its own whatever, and the sleep would add one: no gathering then.
+of one stream do not wait in its socket together: one read would then take both under the
+later one's stamp. So the interval is LEAST_S, at which such a token is timed at most that
+late (a client working through a burst of hundreds of streams reads that late anyway), and
+longer, up to MOST_S, where the streams allow it: a quarter of the short gaps between a
+stream's tokens seen lately (each finished stream's 10th percentile), so that only a gap
+under a quarter of those could share a read. Below a few open streams each token has a
+wake-up of its own whatever, and the sleep would add one: no gathering then.
 
 Pure and gevent-free: loadgen.worker_reader applies what it says.
 """
@@ -21,7 +23,7 @@ from collections import deque
 # A quarter of the short gaps: a token is read at most that late into the gap to the next.
 SHARE = 0.25
 MOST_S = 0.002  # past this the next request of a closed loop would wait noticeably
-LEAST_S = 0.00025  # shorter buys too little to be worth the sleep's system call
+LEAST_S = 0.0005  # the most a token that shares a read with the next is timed late
 STREAMS_FROM = 16
 WINDOW = 32  # finished streams whose gaps count
 MIN_GAPS = 4  # a stream with fewer gaps tells nothing of its pace
@@ -57,11 +59,9 @@ class CollectPolicy:
         return want
 
     def _interval(self) -> float:
-        if self._open < STREAMS_FROM or not self._short:
+        if self._open < STREAMS_FROM:
             return 0.0
-        room = SHARE * min(self._short)
-        if room < LEAST_S:
-            return 0.0
+        room = SHARE * min(self._short) if self._short else LEAST_S
         # Powers of two from LEAST_S: a stream's jitter does not reset libev every request.
         step = LEAST_S
         while step * 2 <= min(room, MOST_S):
