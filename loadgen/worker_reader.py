@@ -149,21 +149,23 @@ class StreamReader:
         """
         watcher = self._loop.io(stream.fd, _READ)
         stream.watcher = watcher
-        if stream.kernel and self._set_collect is not None:
+        gathered = stream.kernel and self._set_collect is not None
+        if gathered:
             self._collect(self.collect.opened())
-        if self.native and stream.chunks is not None:
-            hot = _hotread.Reader(stream.fd, stream.kernel, _MAX_AGE_S, stream,
-                                  stream.parser.state, self._slow_for(stream))  # fmt: skip
-            stream.hot = hot
-            hot.arm(self._slow(stream, None, 0.0, 0, 0))  # the head may have brought a token
-            watcher.start(hot)
-        else:
-            watcher.start(self._readable, stream)
         try:
+            if self.native and stream.chunks is not None:
+                hot = _hotread.Reader(stream.fd, stream.kernel, _MAX_AGE_S, stream,
+                                      stream.parser.state, self._slow_for(stream))  # fmt: skip
+                stream.hot = hot
+                hot.arm(self._slow(stream, None, 0.0, 0, 0))  # the head may have brought a token
+                watcher.start(hot)
+            else:
+                watcher.start(self._readable, stream)
             stream.done.get()
         finally:
+            # Whatever ended it, the watcher, the C reader's hold and the count are let go.
             self.forget(stream)
-            if stream.kernel and self._set_collect is not None:
+            if gathered:
                 self._collect(self.collect.closed(stream.parser.state.gaps))
 
     def _collect(self, interval_s: float | None) -> None:
