@@ -202,17 +202,11 @@ class StreamReader:
             if data is None:
                 if err:  # as the Python read would have raised it (ConnectionResetError, ...)
                     raise OSError(err, os.strerror(err))
-            elif not data:
-                self._finish(stream, "connection closed mid-stream")
+            elif not self._take(stream, data, stamp, bool(kernel)):
                 return None
-            else:
-                stream.feed(data, stamp, bool(kernel))
-                if stream.raw.message_complete:
-                    self._finish(stream, None)
-                    return None
             return stream.armed()
         except Exception as exc:  # as in _readable: the hub must not see it
-            self._finish(stream, f"{type(exc).__name__}: {exc}"[:300])
+            self._fail(stream, exc)
             return None
 
     def _readable(self, stream: Stream) -> None:
@@ -248,14 +242,23 @@ class StreamReader:
                 except (BlockingIOError, InterruptedError):
                     return
                 stamp, kernel = _perf(), False
-            if not data:
-                self._finish(stream, "connection closed mid-stream")
-                return
-            stream.feed(data, stamp, kernel)
-            if stream.raw.message_complete:
-                self._finish(stream, None)
+            self._take(stream, data, stamp, kernel)
         except Exception as exc:  # the hub must not see it: it would fail the stream's reader
-            self._finish(stream, f"{type(exc).__name__}: {exc}"[:300])
+            self._fail(stream, exc)
+
+    def _take(self, stream: Stream, data: bytes, stamp: float, kernel: bool) -> bool:
+        """Parse bytes just read off ``stream`` (b"": the peer closed); False once it ended."""
+        if not data:
+            self._finish(stream, "connection closed mid-stream")
+            return False
+        stream.feed(data, stamp, kernel)
+        if stream.raw.message_complete:
+            self._finish(stream, None)
+            return False
+        return True
+
+    def _fail(self, stream: Stream, exc: Exception) -> None:
+        self._finish(stream, f"{type(exc).__name__}: {exc}"[:300])
 
     def _finish(self, stream: Stream, error: str | None) -> None:
         if error is not None and stream.error is None:
