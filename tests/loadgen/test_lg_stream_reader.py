@@ -85,3 +85,25 @@ def test_gathered_reads_come_late_and_still_time_each_token_at_its_arrival() -> 
     assert statistics.median(late) < 0.0005
     assert sum(1 for x in late if -0.0002 < x < 0.001) >= 0.9 * len(late)
     assert run["token_events"] == run["expected_tokens"]
+
+
+PLAIN_OR_TLS = """
+import socket, ssl, sys
+sys.path.insert(0, sys.argv[1])
+import gevent.socket, gevent.ssl
+from loadgen.worker_reader import plain_socket
+plain = gevent.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+tls = gevent.ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).wrap_socket(
+    gevent.socket.socket(socket.AF_INET, socket.SOCK_STREAM), server_hostname="x",
+    do_handshake_on_connect=False)
+unix = gevent.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print(plain_socket(plain) is plain._sock, plain_socket(tls), plain_socket(unix), plain_socket(None))
+"""
+
+
+def test_only_plain_tcp_sockets_are_read_by_the_hub() -> None:
+    # TLS bytes are decrypted where epoll cannot see them: such a stream keeps its greenlet.
+    out = subprocess.run([sys.executable, "-c", PLAIN_OR_TLS, str(RUN.parents[2])],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "None", "None", "None"]
