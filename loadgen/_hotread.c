@@ -19,6 +19,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -290,6 +292,76 @@ static PyObject *Reader_armed(Reader *r, void *unused) {
     return PyBool_FromLong(r->pre != NULL);
 }
 
+/* One value as "%.6f" prints it, into out (room for 24 characters); its length, or -1 where it
+ * is not a float this handles (not finite, a million or over): Python formats it then. Under a
+ * million the product below is within 1e-4 of the exact one, so only a value within 1e-3 of
+ * a half can round differently. */
+static int fixed6_one(double x, char *out) {
+    if (!isfinite(x) || fabs(x) >= 1e6)
+        return -1;
+    double s = fabs(x) * 1e6;
+    double whole = floor(s);
+    /* Near a half the product's own rounding could tip it: printf's rounding of the exact
+     * value decides there, as Python's (both round the binary value correctly). */
+    if (fabs(s - whole - 0.5) < 1e-3)
+        return snprintf(out, 24, "%.6f", x);
+    long long us = (long long)whole + (s - whole > 0.5);
+    long long ip = us / 1000000, fp = us % 1000000;
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + ip % 10);
+        ip /= 10;
+    } while (ip > 0);
+    int k = 0;
+    if (signbit(x))  /* as printf: a negative that rounds to zero, and -0.0, keep the sign */
+        out[k++] = '-';
+    while (n > 0)
+        out[k++] = tmp[--n];
+    out[k++] = '.';
+    for (int d = 5; d >= 0; d--) {
+        out[k + d] = (char)('0' + fp % 10);
+        fp /= 10;
+    }
+    return k + 6;
+}
+
+/* ",".join("%.6f" % g for g in gaps): a record's gaps, a float a token, are most of the cost
+ * of writing its line. None where any item is not a float fixed6_one handles. */
+static PyObject *fixed6(PyObject *module, PyObject *seq) {
+    PyObject *fast = PySequence_Fast(seq, "fixed6 takes a list or tuple of floats");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    char *buf = PyMem_Malloc((size_t)(n > 0 ? n : 1) * 25);
+    if (buf == NULL) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t len = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int w = PyFloat_CheckExact(items[i]) ? fixed6_one(PyFloat_AS_DOUBLE(items[i]), buf + len) : -1;
+        if (w < 0 || w > 24) {
+            PyMem_Free(buf);
+            Py_DECREF(fast);
+            Py_RETURN_NONE;
+        }
+        len += w;
+        buf[len++] = ',';
+    }
+    PyObject *res = PyUnicode_DecodeASCII(buf, len > 0 ? len - 1 : 0, NULL);
+    PyMem_Free(buf);
+    Py_DECREF(fast);
+    return res;
+}
+
+static PyMethodDef module_methods[] = {
+    {"fixed6", (PyCFunction)fixed6, METH_O,
+     "fixed6(floats) -> str | None: ','.join('%.6f' % x for x in floats); None: format in Python."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef Reader_methods[] = {
     {"arm", (PyCFunction)Reader_arm, METH_O, "arm((pre, tail, gaps) | None): what slow() returns."},
     {"close", (PyCFunction)Reader_close, METH_NOARGS, "Let go of the stream: every later call is a no-op."},
@@ -319,7 +391,7 @@ static PyTypeObject ReaderType = {
 
 static struct PyModuleDef hotread_module = {
     PyModuleDef_HEAD_INIT, "loadgen._hotread",
-    "The load generator's per-token read in C (see loadgen/worker_reader.py).", -1, NULL,
+    "The load generator's per-token read in C (see loadgen/worker_reader.py).", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__hotread(void) {

@@ -55,6 +55,10 @@ _QUOTE_NL = frozenset(b'"\n')
 _decode_json = json.JSONDecoder().decode
 # Chunks that carry these need the full parse (usage counts, errors).
 _NEEDS_PARSE = (b'"usage"', b'"error"')
+# Template shapes the probes proved (SseParser._shape): a few per engine, kept while the
+# process lives; a cap in case every stream brings a new one.
+_PROVEN: set[tuple[bytes, bytes, bytes]] = set()
+_PROVEN_MAX = 64
 
 
 def plain_token(payload: bytes) -> bool | None:
@@ -189,19 +193,50 @@ class SseParser:
                 break
             end += 1
         pre, post = raw[:at], raw[end:]
-        for probe, want in ((b"zq", "zq"), (b"", None)):
-            try:
-                obj = _decode_json((pre[5:] + probe + post).decode())
-            except ValueError:
-                return
-            if not isinstance(obj, dict) or obj.get("error") or isinstance(obj.get("usage"), dict):
-                return
-            choices = obj.get("choices")
-            got = _text_of(choices[0]) if choices and isinstance(choices[0], dict) else None
-            if (got or None) != want:
-                return
+        shape = self._shape(pre, post)
+        if shape is None or shape not in _PROVEN:
+            for probe, want in ((b"zq", "zq"), (b"", None)):
+                try:
+                    obj = _decode_json((pre[5:] + probe + post).decode())
+                except ValueError:
+                    return
+                if (
+                    not isinstance(obj, dict)
+                    or obj.get("error")
+                    or isinstance(obj.get("usage"), dict)
+                ):
+                    return
+                choices = obj.get("choices")
+                got = _text_of(choices[0]) if choices and isinstance(choices[0], dict) else None
+                if (got or None) != want:
+                    return
+            if shape is not None:
+                if len(_PROVEN) >= _PROVEN_MAX:
+                    _PROVEN.clear()
+                _PROVEN.add(shape)
         self._pre, self._post, self._npre, self._npost = pre, post, len(pre), len(post)
         self._tail, self._ntail = post + b"\n\n", len(post) + 2
+
+    def _shape(self, pre: bytes, post: bytes) -> tuple[bytes, bytes, bytes] | None:
+        """The template less the response's id: (before the id, after it, after the text).
+
+        Each stream of an engine has the same template but for its id (and a clock), so
+        one proven shape spares the next streams' two probe decodes. Only an id that is a
+        whole JSON string of its own, once in the bytes before the text and with nothing
+        to escape, is left out: any other id of that kind leaves the JSON's structure as
+        it was. None: no such id (the probes decide each time).
+        """
+        rid = self.state.response_id
+        if rid is None or len(rid) < 8 or not rid.isascii() or not rid.isprintable():
+            return None
+        if '"' in rid or "\\" in rid:
+            return None
+        b = rid.encode()
+        i = pre.find(b)
+        j = i + len(b)
+        if i < 1 or pre.find(b, j) >= 0 or pre[i - 1] != 0x22 or pre[j : j + 1] != b'"':
+            return None
+        return pre[:i], pre[j:], post
 
     def template(self) -> tuple[bytes, bytes, list[float]] | None:
         """(bytes before a text, bytes after it with the blank line, the gaps list) once the

@@ -354,3 +354,37 @@ def test_a_read_of_one_event_is_timed_at_that_read() -> None:
     assert st.token_events == 5 and st.first_token_at == 10.0 and st.last_token_at == 26.0
     assert st.gaps == [1.0, 3.0, 5.0, 7.0]
     assert st.completion_tokens == 5 and st.done
+
+
+def test_a_proven_template_spares_later_streams_their_probes(monkeypatch) -> None:
+    """An engine's streams share a template but for their ids: once two probe decodes have
+    proved it, a stream of that shape with another id learns it without them, and counts
+    the same; another shape, or an id that is not a string of its own, is probed again."""
+    import loadgen.sse as sse
+
+    monkeypatch.setattr(sse, "_PROVEN", set())
+    calls: list[int] = []
+    real = sse._decode_json
+    monkeypatch.setattr(sse, "_decode_json", lambda b: calls.append(1) or real(b))
+
+    def decodes(data: bytes) -> int:
+        before = len(calls)
+        p = _parse_in_pieces(data, [])
+        assert p.state.token_events == 8 and p.state.completion_tokens == 8
+        assert p._pre is not None  # the template was learnt, so later tokens skip the JSON
+        return len(calls) - before
+
+    def stream(rid: str, model: str = "m") -> bytes:
+        return (
+            _vllm_like(8)
+            .replace(b'"cmpl-7"', f'"{rid}"'.encode())
+            .replace(b'"model":"m"', f'"model":"{model}"'.encode())
+        )
+
+    first = decodes(stream("cmpl-0a1b2c3d"))
+    assert decodes(stream("cmpl-9f8e7d6c")) == first - 2
+    assert decodes(stream("cmpl-55555555")) == first - 2
+    assert decodes(stream("cmpl-9f8e7d6c", model="m2")) == first  # another shape: probed
+    # The id also names the model: not one string of its own, so never left out.
+    assert decodes(stream("cmpl-44444444", model="cmpl-44444444")) == first
+    assert decodes(stream("cmpl-33333333", model="cmpl-33333333")) == first

@@ -136,3 +136,27 @@ def test_record_lines_read_back_what_json_would_have_written() -> None:
         assert parse_line(line) == parse_line(r._json_line())
     odd = RequestRecord("w", 0, 1.0, float("nan"), None, (float("inf"),), None, None, None)
     assert json.loads(odd.to_line())["itl"] == [float("inf")]
+
+
+def test_record_gaps_printed_in_c_read_as_pythons_own_digits() -> None:
+    """The C part prints a record's gaps (loadgen/_hotread.c): the same text as "%.6f", halves,
+    signs and big values included, and Python's own where it declines."""
+    import random
+    import struct
+
+    hot = pytest.importorskip("loadgen._hotread", reason="built without its C part")
+    rng = random.Random(5)
+    vals = [rng.uniform(-2, 2) for _ in range(20000)] + [rng.uniform(0, 9e5) for _ in range(5000)]
+    # Exact halves of a microsecond and their neighbours, where a product's rounding could tip.
+    vals += [k / 1e6 + 5e-7 for k in range(0, 20000, 3)] + [0.0000025, 0.1234565, 123.4565]
+    vals += [0.0, -0.0, -1e-7, 1e-7, 999999.9999995, 0.02, 3.0]
+    bits = (struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0] for _ in range(20000))
+    vals += [v for v in bits if abs(v) < 1e6]  # tiny, subnormal and huge-exponent floats
+    for i in range(0, len(vals), 64):
+        chunk = vals[i : i + 64]
+        assert hot.fixed6(chunk) == ",".join(f"{v:.6f}" for v in chunk)
+    assert hot.fixed6(()) == ""
+    for odd in ([1e6], [float("nan")], [float("inf")], [1], [0.5, "x"]):
+        assert hot.fixed6(odd) is None, odd  # to_line prints these in Python
+    r = RequestRecord("w", 0, 1.0, 0.5, 0.1, (0.0625, 1e6, 2.5), None, None, None)
+    assert parse_line(r.to_line()).itl == (0.0625, 1e6, 2.5)
