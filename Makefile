@@ -16,10 +16,14 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/headroom demo
 
+# Every test: two at a time (pytest-xdist), then one at a time those that time things in real
+# time or load both cores (marked "serial" by tests/conftest.py). Both parts run; either
+# failing fails the target.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 -m "not serial"; parallel=$$?; \
+	$(VENV)/bin/pytest -m serial && exit $$parallel
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

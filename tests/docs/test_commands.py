@@ -238,7 +238,10 @@ def test_readme_top_commands_are_what_make_and_ci_run() -> None:
     assert "`headroom demo`" in demo_comment
     assert "$(VENV)/bin/headroom demo" in make_recipe("demo")
     test_recipe = make_recipe("test")
-    assert "$(VENV)/bin/pytest" in test_recipe
+    # Every test: those not marked serial two at a time, then the serial ones alone.
+    pytest = [r.rstrip("\\").strip() for r in test_recipe if "$(VENV)/bin/pytest" in r]
+    assert pytest[0].startswith('$(VENV)/bin/pytest -n 2 -m "not serial";'), test_recipe
+    assert pytest[1].startswith("$(VENV)/bin/pytest -m serial && exit"), test_recipe
     assert any(r.startswith("$(VENV)/bin/ruff check") for r in test_recipe)
     assert any("mkdocs build --strict" in r for r in test_recipe), test_recipe
     ci = [
@@ -279,3 +282,13 @@ def test_readme_links_lead_to_files_that_exist() -> None:
     assert len(local) >= 10
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_every_serial_entry_names_tests_that_exist() -> None:
+    """make test runs the tests tests/conftest.py names serial alone: a file renamed away from
+    its entry would run beside others unseen, so each entry must still name a test file."""
+    from conftest import SERIAL
+
+    files = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")]
+    for entry in SERIAL:
+        assert any(f.startswith(entry) for f in files), entry
