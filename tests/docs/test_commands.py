@@ -287,7 +287,7 @@ def test_readme_links_lead_to_files_that_exist() -> None:
 def test_every_serial_entry_names_tests_that_exist() -> None:
     """make test runs the tests tests/conftest.py names serial alone: a file renamed away from
     its entry would run beside others unseen, so each entry must still name a test file."""
-    from conftest import SERIAL
+    from run_alone import SERIAL
 
     files = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")]
     for entry in SERIAL:
