@@ -122,13 +122,7 @@ class SseParser:
             if _QUOTE_NL.isdisjoint(mid):
                 self._buf = b""
                 if mid:
-                    st = self.state
-                    if st.first_token_at is None:
-                        st.first_token_at = now
-                    else:
-                        st.gaps.append(now - st.last_token_at)  # type: ignore[operator]
-                    st.last_token_at = now
-                    st.token_events += 1
+                    self._token(now)
                 return
         if buf.find(b"\r") >= 0:
             buf = buf.replace(b"\r\n", b"\n")
@@ -149,12 +143,7 @@ class SseParser:
                 mid = raw[npre : len(raw) - npost]
                 if _QUOTE_NL.isdisjoint(mid):
                     if mid:
-                        if st.first_token_at is None:
-                            st.first_token_at = now
-                        else:
-                            st.gaps.append(now - st.last_token_at)  # type: ignore[operator]
-                        st.last_token_at = now
-                        st.token_events += 1
+                        self._token(now)
                     continue
             had = st.token_events
             self._event(raw, now)
@@ -299,6 +288,8 @@ class SseParser:
                 self._token(now)
 
     def _token(self, now: float) -> None:
+        """One token event at ``now``: the first, or one more gap. (Where the C reader is built
+        it counts most tokens itself; without it this runs for each.)"""
         st = self.state
         if st.first_token_at is None:
             st.first_token_at = now
