@@ -85,6 +85,23 @@ def plain_token(payload: bytes) -> bool | None:
     return False if seen else None
 
 
+def _reads_as_token(pre: bytes, post: bytes) -> bool:
+    """The probes: ``pre`` + a text + ``post`` decodes to a chunk whose text is that text (and
+    none with an empty one), with no usage or error."""
+    for probe, want in ((b"zq", "zq"), (b"", None)):
+        try:
+            obj = _decode_json((pre[5:] + probe + post).decode())
+        except ValueError:
+            return False
+        if not isinstance(obj, dict) or obj.get("error") or isinstance(obj.get("usage"), dict):
+            return False
+        choices = obj.get("choices")
+        got = _text_of(choices[0]) if choices and isinstance(choices[0], dict) else None
+        if (got or None) != want:
+            return False
+    return True
+
+
 class SseParser:
     """Feed bytes as they arrive; events complete at a blank line."""
 
@@ -183,22 +200,9 @@ class SseParser:
             end += 1
         pre, post = raw[:at], raw[end:]
         shape = self._shape(pre, post)
-        if shape is None or shape not in _PROVEN:
-            for probe, want in ((b"zq", "zq"), (b"", None)):
-                try:
-                    obj = _decode_json((pre[5:] + probe + post).decode())
-                except ValueError:
-                    return
-                if (
-                    not isinstance(obj, dict)
-                    or obj.get("error")
-                    or isinstance(obj.get("usage"), dict)
-                ):
-                    return
-                choices = obj.get("choices")
-                got = _text_of(choices[0]) if choices and isinstance(choices[0], dict) else None
-                if (got or None) != want:
-                    return
+        if shape not in _PROVEN:  # (None never is)
+            if not _reads_as_token(pre, post):
+                return
             if shape is not None:
                 if len(_PROVEN) >= _PROVEN_MAX:
                     _PROVEN.clear()
