@@ -375,11 +375,10 @@ def stream_one(
     first_kernel: bool | None = None
     body: worker_reader.Stream | None = None
     # One deadline for the whole request rather than a socket timeout, which gevent
-    # enforces with a timer armed and cancelled around every read, i.e. every token.
-    # A closed loop's user (no ``intended`` time) sends from its own greenlet, one request
-    # at a time: its deadline is kept and started again, not built anew each request.
-    secs = cfg.request_timeout_s
-    deadline = _deadline(user, secs) if intended is None else gevent.Timeout(secs)
+    # enforces with a timer armed and cancelled around every read, i.e. every token. (A
+    # new one each request: gevent's libev timer, stopped and started again, resumes what
+    # was left of its time rather than starting afresh.)
+    deadline = gevent.Timeout(cfg.request_timeout_s)
     deadline.start()
     try:
         if isinstance(sender, ValueError):
@@ -443,10 +442,7 @@ def stream_one(
         if raw is not None:
             raw.release()
     finally:
-        if intended is None:
-            deadline.cancel()
-        else:
-            deadline.close()
+        deadline.close()
     if body is not None:  # read by the reader greenlet, however it ended
         end, first_kernel = max(end, body.end), body.first_kernel
     end = max(end, time.perf_counter()) if error else end
@@ -463,14 +459,6 @@ def stream_one(
     if turn is None or error is not None:
         return None
     return "".join(st.text)
-
-
-def _deadline(user: FastHttpUser, seconds: float) -> gevent.Timeout:
-    """The user's own request deadline, stopped, to start again."""
-    kept = user.__dict__.get("_hr_deadline")
-    if kept is None or kept.seconds != seconds or kept.pending:
-        kept = user.__dict__["_hr_deadline"] = gevent.Timeout(seconds)
-    return kept
 
 
 def _read_body(

@@ -320,3 +320,19 @@ def test_a_stream_slower_than_the_request_timeout_fails_as_such(
     (s,) = _steps(out)
     assert s["requests_completed"] == 0 and s["requests_failed"] >= 2
     assert "took over 1 s" in s["errors_sample"][0]
+
+
+def test_requests_inside_the_request_timeout_all_complete_however_many_a_user_sends(
+    fake_server, tmp_path, capsys
+) -> None:
+    # 0.5 s a request against a 1 s limit: each user sends several in the step, each under
+    # the deadline its user starts again per request (a deadline left running from an
+    # earlier request would cut a later one short, and its user with it).
+    url = fake_server("--ttft", "0.01", "--itl", "0.05")
+    out = tmp_path / "ok"
+    rc = main(["sweep", "--target", url, "--concurrency", "2", "--request-timeout", "1", *QUICK,
+               "--out", str(out)])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    (s,) = _effective(_steps(out))
+    assert s["error_ratio"] == 0 and s["requests_completed"] >= 4, s
+    assert s["client_in_flight_mean"] == pytest.approx(2, rel=0.15)
