@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -43,10 +44,13 @@ def skip_or_fail(reason: str, allow_skip_env: str) -> None:
     pytest.skip(reason)
 
 
-def headroom(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-    """Run the headroom CLI as a user would, with this test run's interpreter."""
+def headroom(
+    *args: str, timeout: float = 180.0, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run the headroom CLI as a user would, with this test run's interpreter (under
+    ``prefix``, e.g. ``taskset -c 1``)."""
     return subprocess.run(
-        [sys.executable, "-m", "headroom", *args],
+        [*prefix, sys.executable, "-m", "headroom", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -17,13 +17,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_support import ROOT, serve
+from vllm_support import headroom, serve
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -58,25 +56,18 @@ def _step(run_dir: Path, concurrency: int) -> dict[str, Any]:
     return found[0]
 
 
-def _tune(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """`headroom tune` as a user runs it, on CPU 1 where vLLM has CPU 0."""
-    pin = ["taskset", "-c", "1"] if PIN else []
-    return subprocess.run([*pin, sys.executable, "-m", "headroom", "tune", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)  # fmt: skip
-
-
 def test_tune_relaunches_vllm_with_the_whatifs_value(
     vllm_install: tuple[Path, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "tune"
-    proc = _tune(
-        "--launch", _launch(vllm_install), "--target", "http://127.0.0.1:{port}",
+    proc = headroom(
+        "tune", "--launch", _launch(vllm_install), "--target", "http://127.0.0.1:{port}",
         "--knob", "max_num_seqs=2:8", "--max-runs", "2", "--start-concurrency", "2",
         "--max-concurrency", "4", "--refine-steps", "0",
         "--step-seconds", "2", "--warmup-seconds", "1", "--sample-interval", "0.25",
         "--input-tokens", "32", "--output-tokens", "200", "--start-timeout", "420",
         "--quiet", "--out", str(out),
-        timeout=840,
+        timeout=840, prefix=["taskset", "-c", "1"] if PIN else [],
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     t = json.loads((out / "tune.json").read_text())
