@@ -11,8 +11,10 @@
  * reader, byte for byte as it would have without this module, and the Python reader says
  * whether the next read may take this path again (it "arms" it with the template).
  *
- * The state it updates is the Python objects' own (the Stream and its parser's StreamState),
- * so the Python reader and the records see one timeline whichever path read a token.
+ * The state it counts ends in the Python objects' own (the Stream and its parser's
+ * StreamState): it appends each gap to the state's list at once, and hands its other counts
+ * over before Python next reads the stream and when the stream is let go, so the Python
+ * reader and the records see one timeline whichever path read a token.
  * Stamps are time.perf_counter() times (CLOCK_MONOTONIC on Linux), taken from the kernel's
  * receive stamp (SO_TIMESTAMPNS, CLOCK_REALTIME) as loadgen.rxstamp.to_perf does.
  */
@@ -20,6 +22,7 @@
 #include <Python.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -27,7 +30,7 @@
 
 #define RECV_BYTES 65536
 
-static PyObject *s_watcher, *s_last, *s_events, *s_nbytes, *s_end;
+static PyObject *s_last, *s_events, *s_nbytes, *s_end;
 /* Filled and copied out (or consumed) before anything can run another reader: the GIL is
  * held throughout and the socket is read without waiting. */
 static char rbuf[RECV_BYTES];
@@ -43,7 +46,71 @@ typedef struct {
     PyObject *pre;      /* armed: the template's bytes before a text */
     PyObject *tail;     /* armed: its bytes after it, with the blank line */
     PyObject *gaps;     /* armed: state.gaps */
+    /* What the C path counted since it last handed its counts to the Python objects (at
+     * the next read Python takes, and when the stream is let go): setting their attributes
+     * at each token cost more than the rest of the read. */
+    long events;        /* tokens, for state.token_events */
+    Py_ssize_t nbytes;  /* payload bytes, for stream.nbytes */
+    double end;         /* the last read's stamp, for stream.end (where nbytes is not 0) */
+    double last;        /* the last token's stamp, for state.last_token_at */
+    int has_last;       /* last holds it (read from state once, then kept here) */
+    long round;         /* the last round this stream was read in (see Gather) */
+    int live;           /* it has been read: each round should bring it a token */
 } Reader;
+
+/* Gathering a step's tokens. An engine writes one token to every running stream at each
+ * step's end, one socket after another, and a hub that polls as soon as one turns readable
+ * wakes several times a step for a few tokens each. libev's io collect interval makes the
+ * hub sleep before each poll instead, to take what arrived meanwhile in one wake-up; but it
+ * sleeps before every poll, the one that then waits for the next step too: a wake-up of its
+ * own each step. So the interval is set only while the round is incomplete: a round holds at
+ * most one read of each live stream, and ends when every live stream has been read or one is
+ * read again. Once every stream has had its token the next one is a step away, and the poll
+ * waits for it without the sleep. libev still does the sleeping (clipped to its timers and
+ * skipped when callbacks are pending). All of it runs in the hub's thread, under the GIL. */
+typedef void (*set_collect_fn)(void *loop, double interval);
+static struct {
+    set_collect_fn set;  /* libev's ev_set_io_collect_interval, and the hub's loop */
+    void *loop;
+    double interval;     /* the interval an incomplete round gathers for; 0: none */
+    double applied;      /* what libev was last told */
+    long round;
+    Py_ssize_t live;     /* streams read at least once and not let go */
+    Py_ssize_t seen;     /* of those, the ones read this round */
+} gather = {NULL, NULL, 0.0, 0.0, 1, 0, 0};
+
+static void apply_gather(void) {
+    double want = gather.seen < gather.live ? gather.interval : 0.0;
+    if (want != gather.applied && gather.set != NULL) {
+        gather.set(gather.loop, want);
+        gather.applied = want;
+    }
+}
+
+static void counted(Reader *r) {
+    if (!r->live) {
+        r->live = 1;
+        gather.live++;
+    } else if (r->round == gather.round) { /* read again: a new round */
+        gather.round++;
+        gather.seen = 0;
+    }
+    if (r->round != gather.round) {
+        r->round = gather.round;
+        gather.seen++;
+    }
+    apply_gather();
+}
+
+static void uncounted(Reader *r) {
+    if (r->live) {
+        r->live = 0;
+        gather.live--;
+        if (r->round == gather.round)
+            gather.seen--;
+        apply_gather();
+    }
+}
 
 static void disarm(Reader *r) {
     Py_CLEAR(r->pre);
@@ -62,6 +129,7 @@ static int Reader_traverse(Reader *r, visitproc visit, void *arg) {
 }
 
 static int Reader_clear(Reader *r) {
+    uncounted(r);
     Py_CLEAR(r->stream);
     Py_CLEAR(r->state);
     Py_CLEAR(r->slow);
@@ -117,7 +185,40 @@ static int arm(Reader *r, PyObject *how) {
     return 0;
 }
 
+static int add_to(PyObject *obj, PyObject *name, Py_ssize_t add);
+
+/* Hand the counts to the Python objects: before Python reads or parses anything of the
+ * stream, and when it is let go. */
+static int flush(Reader *r) {
+    r->has_last = 0;
+    if (r->nbytes == 0) /* each counted read brings payload, so no token either */
+        return 0;
+    long events = r->events;
+    Py_ssize_t nbytes = r->nbytes;
+    r->events = 0;
+    r->nbytes = 0;
+    if (r->stream == NULL)
+        return 0;
+    if (add_to(r->stream, s_nbytes, nbytes) < 0)
+        return -1;
+    PyObject *end = PyFloat_FromDouble(r->end);
+    if (end == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(r->stream, s_end, end);
+    Py_DECREF(end);
+    if (rc < 0 || events == 0)
+        return rc;
+    PyObject *last = PyFloat_FromDouble(r->last);
+    if (last == NULL)
+        return -1;
+    rc = PyObject_SetAttr(r->state, s_last, last);
+    Py_DECREF(last);
+    return rc < 0 ? -1 : add_to(r->state, s_events, events);
+}
+
 static PyObject *call_slow(Reader *r, PyObject *data, double stamp, int kernel, int err) {
+    if (flush(r) < 0)
+        return NULL;
     PyObject *how = PyObject_CallFunction(r->slow, "Odii", data, stamp, kernel, err);
     if (how == NULL)
         return NULL;
@@ -186,33 +287,32 @@ static int add_to(PyObject *obj, PyObject *name, Py_ssize_t add) {
     return rc;
 }
 
-static int count_token(Reader *r, PyObject *now, double stamp) {
-    PyObject *last = PyObject_GetAttr(r->state, s_last);
-    if (last == NULL)
-        return -1;
-    double was = PyFloat_AsDouble(last);
-    Py_DECREF(last);
-    if (was == -1.0 && PyErr_Occurred())
-        return -1;
-    PyObject *gap = PyFloat_FromDouble(stamp - was);
+static int count_token(Reader *r, double stamp) {
+    if (!r->has_last) {
+        PyObject *last = PyObject_GetAttr(r->state, s_last);
+        if (last == NULL)
+            return -1;
+        r->last = PyFloat_AsDouble(last);
+        Py_DECREF(last);
+        if (r->last == -1.0 && PyErr_Occurred())
+            return -1;
+        r->has_last = 1;
+    }
+    PyObject *gap = PyFloat_FromDouble(stamp - r->last);
     if (gap == NULL)
         return -1;
     int rc = PyList_Append(r->gaps, gap);
     Py_DECREF(gap);
-    if (rc < 0 || PyObject_SetAttr(r->state, s_last, now) < 0)
+    if (rc < 0)
         return -1;
-    return add_to(r->state, s_events, 1);
+    r->events++;
+    r->last = stamp;
+    return 0;
 }
 
 /* The hub's callback: the stream's socket is readable. */
 static PyObject *Reader_call(Reader *r, PyObject *args, PyObject *kw) {
-    if (r->stream == NULL)
-        Py_RETURN_NONE;
-    PyObject *watcher = PyObject_GetAttr(r->stream, s_watcher);
-    if (watcher == NULL)
-        return NULL;
-    Py_DECREF(watcher);
-    if (watcher == Py_None) /* let go of: a late wake-up */
+    if (r->stream == NULL) /* let go of (close): a late wake-up */
         Py_RETURN_NONE;
 
     char control[CMSG_SPACE(sizeof(struct timespec))];
@@ -231,6 +331,8 @@ static PyObject *Reader_call(Reader *r, PyObject *args, PyObject *kw) {
             Py_RETURN_NONE;
         return call_slow(r, Py_None, 0.0, 0, errno);
     }
+    if (n > 0)
+        counted(r);
     struct timespec mono;
     clock_gettime(CLOCK_MONOTONIC, &mono);
     double stamp = seconds(&mono);
@@ -263,17 +365,10 @@ static PyObject *Reader_call(Reader *r, PyObject *args, PyObject *kw) {
         Py_DECREF(data);
         return res;
     }
-    PyObject *now = PyFloat_FromDouble(stamp);
-    if (now == NULL)
+    if (text && count_token(r, stamp) < 0)
         return NULL;
-    int rc = (text ? count_token(r, now, stamp) : 0);
-    if (rc == 0)
-        rc = add_to(r->stream, s_nbytes, payload);
-    if (rc == 0)
-        rc = PyObject_SetAttr(r->stream, s_end, now);
-    Py_DECREF(now);
-    if (rc < 0)
-        return NULL;
+    r->nbytes += payload;
+    r->end = stamp;
     Py_RETURN_NONE;
 }
 
@@ -284,7 +379,10 @@ static PyObject *Reader_arm(Reader *r, PyObject *how) {
 }
 
 static PyObject *Reader_close(Reader *r, PyObject *unused) {
+    int rc = flush(r);
     Reader_clear(r);
+    if (rc < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -356,7 +454,39 @@ static PyObject *fixed6(PyObject *module, PyObject *seq) {
     return res;
 }
 
+static PyObject *bind_collect(PyObject *module, PyObject *args) {
+    unsigned long long fn, loop;
+    if (!PyArg_ParseTuple(args, "KK", &fn, &loop))
+        return NULL;
+    gather.set = (set_collect_fn)(uintptr_t)fn;
+    gather.loop = (void *)(uintptr_t)loop;
+    gather.applied = -1.0; /* unknown: told at the next change */
+    apply_gather();
+    Py_RETURN_NONE;
+}
+
+static PyObject *set_gather(PyObject *module, PyObject *arg) {
+    double v = PyFloat_AsDouble(arg);
+    if (v == -1.0 && PyErr_Occurred())
+        return NULL;
+    gather.interval = v > 0.0 && isfinite(v) ? v : 0.0;
+    apply_gather();
+    Py_RETURN_NONE;
+}
+
+static PyObject *gather_state(PyObject *module, PyObject *unused) {
+    return Py_BuildValue("{s:d,s:d,s:n,s:n,s:l}", "interval", gather.interval, "applied",
+                         gather.applied, "live", gather.live, "seen", gather.seen, "round",
+                         gather.round);
+}
+
 static PyMethodDef module_methods[] = {
+    {"bind_collect", (PyCFunction)bind_collect, METH_VARARGS,
+     "bind_collect(ev_set_io_collect_interval's address, the libev loop's): where to apply it."},
+    {"set_gather", (PyCFunction)set_gather, METH_O,
+     "set_gather(seconds): libev's io collect interval while a round is incomplete; 0: none."},
+    {"gather_state", (PyCFunction)gather_state, METH_NOARGS,
+     "gather_state() -> {interval, applied, live, seen, round}."},
     {"fixed6", (PyCFunction)fixed6, METH_O,
      "fixed6(floats) -> str | None: ','.join('%.6f' % x for x in floats); None: format in Python."},
     {NULL, NULL, 0, NULL},
@@ -368,7 +498,12 @@ static PyMethodDef Reader_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *Reader_held(Reader *r, void *unused) {
+    return PyLong_FromSsize_t(r->nbytes);
+}
+
 static PyGetSetDef Reader_getset[] = {
+    {"held", (getter)Reader_held, NULL, "Payload bytes read but not yet added to stream.nbytes.", NULL},
     {"armed", (getter)Reader_armed, NULL, "Whether the next read may take the C path.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -395,12 +530,11 @@ static struct PyModuleDef hotread_module = {
 };
 
 PyMODINIT_FUNC PyInit__hotread(void) {
-    s_watcher = PyUnicode_InternFromString("watcher");
     s_last = PyUnicode_InternFromString("last_token_at");
     s_events = PyUnicode_InternFromString("token_events");
     s_nbytes = PyUnicode_InternFromString("nbytes");
     s_end = PyUnicode_InternFromString("end");
-    if (!s_watcher || !s_last || !s_events || !s_nbytes || !s_end)
+    if (!s_last || !s_events || !s_nbytes || !s_end)
         return NULL;
     if (PyType_Ready(&ReaderType) < 0)
         return NULL;

@@ -3,14 +3,15 @@
 An engine writes a step's tokens one stream at a time, so a client that polls as soon as one
 socket turns readable wakes several times a step for a few tokens each: at 64 streams the
 wake-ups cost more than the tokens. libev can instead sleep up to an interval before each
-poll and take all that arrived meanwhile in one wake-up. The kernel stamped every read's
-arrival (SO_TIMESTAMPNS), so reading it later moves no token's time, as long as two tokens
-of one stream do not wait in its socket together: one read would then take both under the
-later one's stamp. So the interval is LEAST_S, at which such a token is timed at most that
-late (a client working through a burst of hundreds of streams reads that late anyway), and
-longer, up to MOST_S, where the streams allow it: a quarter of the short gaps between a
-stream's tokens seen lately (each finished stream's 10th percentile), so that only a gap
-under a quarter of those could share a read. Below a few open streams each token has a
+poll and take all that arrived meanwhile in one wake-up (where the C reader reads, only
+while a step's round of tokens is incomplete: see loadgen/_hotread.c). The kernel stamped
+every read's arrival (SO_TIMESTAMPNS), so reading it later moves no token's time, as long as
+two tokens of one stream do not wait in its socket together: one read would then take both
+under the later one's stamp. So the interval is LEAST_S, at which such a token is timed at
+most that late (a client working through a burst of hundreds of streams reads that late
+anyway), and longer, up to MOST_S, where the streams allow it: a quarter of the short gaps
+between a stream's tokens seen lately (each finished stream's 10th percentile), so that only
+a gap under a quarter of those could share a read. Below a few open streams each token has a
 wake-up of its own whatever, and the sleep would add one: no gathering then.
 
 Pure and gevent-free: loadgen.worker_reader applies what it says.

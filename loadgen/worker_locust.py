@@ -53,6 +53,7 @@ from loadgen.prompts import Prompt, PromptSource, load_jsonl
 from loadgen.records import RequestRecord, WorkerStatus
 from loadgen.schema import WorkerConfig
 from loadgen.sse import SseParser
+from loadgen.stream_head import ChunkedResponse, chunked_keep_alive
 from loadgen.trace import TraceEntry, load_trace
 
 log = logging.getLogger("loadgen.worker")
@@ -206,7 +207,7 @@ class _Sender:
 
     def send(
         self, body: bytes, extra: bytes = b""
-    ) -> tuple[HTTPSocketPoolResponse, bytes | None, bool, float | None]:
+    ) -> tuple[HTTPSocketPoolResponse | ChunkedResponse, bytes | None, bool, float | None]:
         """Send one request (``extra``: header lines of its own); the response's headers read.
 
         Returns the response; the bytes read past its headers, which the HTTP parser has
@@ -234,6 +235,11 @@ class _Sender:
             except BaseException:
                 pool.release_socket(sock)
                 raise
+            # The usual head of a body the hub reads (a plain socket): no parser (see
+            # loadgen.stream_head). A TLS body is read here, by the parser, head and all.
+            status = None if rest is None else chunked_keep_alive(head)
+            if status is not None and worker_reader.plain_socket(sock) is not None:
+                return ChunkedResponse(status, sock, pool), rest, kernel, kwall
             # Only the head goes through the HTTP parser here: the body is the caller's.
             resp = HTTPSocketPoolResponse(sock, pool, block_size=self._client.block_size,
                                           method="POST", headers_type=self._client.headers_type,
@@ -306,8 +312,10 @@ def _read_head(sock: Any, block: int, kernel: bool) -> tuple[bytes, bytes | None
             return buf, None, None  # let the parser judge it
 
 
-def _chunked(resp: HTTPSocketPoolResponse) -> bool:
+def _chunked(resp: HTTPSocketPoolResponse | ChunkedResponse) -> bool:
     """The body is chunked (and only chunked) and still to come."""
+    if type(resp) is ChunkedResponse:
+        return True
     te = resp.get("transfer-encoding")
     return (
         isinstance(te, str)

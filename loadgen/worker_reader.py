@@ -14,8 +14,10 @@ has it, so the order the sockets are read in changes no token's time.
 
 Where the package was built with its C part (``loadgen._hotread``), the callback is C's for
 the read nearly every token is, one whole chunk of the stream's learnt shape, and this
-module's Python for everything else (it arms C again after each read it takes). Without it,
-Python reads every token, with the same results.
+module's Python for everything else (it arms C again after each read it takes). C keeps its
+counts (tokens, bytes, the last stamps) and hands them to the Stream and its parser's state
+before Python next reads the stream and when the stream is let go. Without it, Python reads
+every token, with the same results.
 
 Imported by the worker process only (gevent); TLS sockets stay with their own greenlet,
 as their decrypted bytes are buffered where epoll cannot see them.
@@ -23,6 +25,7 @@ as their decrypted bytes are buffered where epoll cannot see them.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import time
@@ -137,8 +140,16 @@ class StreamReader:
         self._loop = gevent.get_hub().loop
         # False: Python reads every token (the tests compare the two paths).
         self.native = native and _hotread is not None
-        # libev's io collect interval, where the hub is gevent's libev (see read_collect).
-        self._set_collect = _collect_setter(self._loop) if collect else None
+        # libev's io collect interval, where the hub is gevent's libev (see read_collect):
+        # the C reader sets it only while a round of tokens is incomplete, Python always.
+        self._set_collect = None
+        found = _collect_function(self._loop) if collect else None
+        if found is not None and self.native:
+            fn, ptr = found
+            _hotread.bind_collect(ctypes.cast(fn, ctypes.c_void_p).value, ptr)
+            self._set_collect = _hotread.set_gather
+        elif found is not None:
+            self._set_collect = _setter(*found)
         self.collect = CollectPolicy()
 
     def read(self, stream: Stream) -> None:
@@ -267,15 +278,13 @@ class StreamReader:
         stream.done.set(None)
 
 
-def _collect_setter(loop: Any) -> Any:
-    """A function that sets libev's io collect interval on ``loop``, or None where the hub is
-    not gevent's libev loop (libuv, or a libev without the symbol): reads are then as ever."""
+def _collect_function(loop: Any) -> tuple[Any, int] | None:
+    """libev's ev_set_io_collect_interval and ``loop``'s pointer, or None where the hub is not
+    gevent's libev loop (libuv, or a libev without the symbol): reads are then as ever."""
     ptr = getattr(loop, "ptr", None)
     if not ptr or type(loop).__module__ != "gevent.libev.corecext":
         return None
     try:
-        import ctypes
-
         import gevent.libev.corecext as corecext
 
         fn = ctypes.CDLL(corecext.__file__).ev_set_io_collect_interval
@@ -283,7 +292,18 @@ def _collect_setter(loop: Any) -> Any:
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_double]
     fn.restype = None
+    return fn, ptr
+
+
+def _setter(fn: Any, ptr: int) -> Any:
     return lambda seconds: fn(ptr, seconds)
+
+
+def _collect_setter(loop: Any) -> Any:
+    """A function that sets libev's io collect interval on ``loop`` for every poll, or None
+    (see _collect_function)."""
+    found = _collect_function(loop)
+    return None if found is None else _setter(*found)
 
 
 _READER: StreamReader | None = None

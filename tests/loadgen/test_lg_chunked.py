@@ -84,7 +84,7 @@ USAGE = (
 def _writes(rid: int, n: int, mode: str) -> list[bytes]:
     """The body's bytes as the server writes them, each write its own TCP segment."""
     events = [EVENT % (rid, i) for i in range(n)] + [USAGE % (rid, n), b"data: [DONE]\n\n"]
-    if mode in ("one-per-write", "head-and-first"):
+    if mode in ("one-per-write", "head-and-first", "close"):
         return [_frame([e])[:-5] for e in events] + [b"0\r\n\r\n"]
     if mode == "odd":
         # Two events in one chunk, an event over two chunks, chunks split mid-size and
@@ -134,6 +134,8 @@ class OddServer:
                 rid += 1
                 head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                         b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+                if self.mode == "close":  # this connection answers one request only
+                    head = head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
                 writes = _writes(rid, self.tokens, self.mode)
                 if self.mode == "head-and-first":  # the first token in the headers' segment
                     writes[0] = head + writes[0]
@@ -142,6 +144,8 @@ class OddServer:
                 for w in writes:
                     time.sleep(0.003)
                     conn.sendall(w)
+                if self.mode == "close":
+                    return
 
 
 PROBE = r"""
@@ -159,7 +163,7 @@ print(json.dumps(wl.STATE.lines))
 """
 
 
-@pytest.mark.parametrize("mode", ["one-per-write", "odd", "bad", "head-and-first"])
+@pytest.mark.parametrize("mode", ["one-per-write", "odd", "bad", "head-and-first", "close"])
 def test_the_worker_reads_oddly_framed_chunks_and_keeps_the_connection(mode: str) -> None:
     server = OddServer(mode, tokens=8)
     try:
@@ -177,6 +181,9 @@ def test_the_worker_reads_oddly_framed_chunks_and_keeps_the_connection(mode: str
     for r in recs:
         assert r["err"] is None, r["err"]
         assert r["out"] == 8 and r["in"] == 3 and len(r["itl"]) == 7 and r["ttft"] > 0
+    if mode == "close":  # as its head said: a new connection each request
+        assert server.accepted == 3
+        return
     assert [r["id"] for r in recs] == ["cmpl-1", "cmpl-2", "cmpl-3"]
     if mode == "head-and-first" and sys.platform.startswith("linux"):
         # Read with the headers, the first token is still timed by the kernel's stamp.

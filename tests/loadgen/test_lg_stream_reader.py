@@ -87,6 +87,32 @@ def test_gathered_reads_come_late_and_still_time_each_token_at_its_arrival() -> 
     assert run["token_events"] == run["expected_tokens"]
 
 
+@linux_only
+def test_the_hub_gathers_only_while_a_round_of_tokens_is_incomplete() -> None:
+    # An engine's step brings every running stream a token. Until each has had its own, the
+    # rest are on their way: the hub sleeps before polling to take them in one wake-up. Once
+    # each has, the next is a step away: a sleep would only wake it once more.
+    _native()
+    out = subprocess.run([sys.executable, str(RUN.with_name("rounds_run.py"))],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    interval = run["notes"][0]["interval"]
+    assert interval > 0  # sixteen stamped streams: the policy gathers
+    applied = [(n["note"], n["applied"]) for n in run["notes"]]
+    halves = [("half the streams", interval), ("the other half", 0.0)] * 3
+    assert applied == [
+        ("first tokens, every stream", 0.0),
+        *halves,
+        ("one stream", interval),
+        ("the same stream again", interval),  # read twice: a new round began
+    ]
+    # Each stream's tokens all counted: the first has two more than the rest.
+    assert run["tokens"] == [6] + [4] * (len(run["tokens"]) - 1)
+    # Every stream let go: nothing left counted, no interval left set.
+    assert (run["after"]["live"], run["after"]["applied"]) == (0, 0.0)
+
+
 PLAIN_OR_TLS = """
 import socket, ssl, sys
 sys.path.insert(0, sys.argv[1])
