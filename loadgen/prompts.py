@@ -77,6 +77,9 @@ def seeded_words(key: str, n: int, words: Sequence[str]) -> list[str]:
     return [rng.choice(words) for _ in range(max(0, n))]
 
 
+AHEAD = 16
+
+
 class PromptSource:
     """Yields prompts forever: synthetic, or cycling through a file's."""
 
@@ -109,6 +112,7 @@ class PromptSource:
         self.file_prompts = list(file_prompts)
         self._rng = random.Random(seed)
         self._i = 0
+        self._ahead: list[Prompt] = []  # built ahead, the next last (see next)
         # Exact lengths: every word one token, and the server's own tokens known.
         self.exact = words is not None
         self.words = tuple(words) if words is not None else WORDS
@@ -146,6 +150,16 @@ class PromptSource:
         return self.make(max(1, input_length), max(1, output_length), lead[: room - 1])
 
     def next(self) -> Prompt:
+        """The next prompt. They are built AHEAD at a time, in the order and from the same
+        random draws as one at a time: at low load about one request ends an engine step, and
+        a prompt built alone runs its code on caches gone cold since the last."""
+        ahead = self._ahead
+        if not ahead:
+            ahead.extend(self._build() for _ in range(AHEAD))
+            ahead.reverse()
+        return ahead.pop()
+
+    def _build(self) -> Prompt:
         if self.file_prompts:
             p = self.file_prompts[self._i % len(self.file_prompts)]
             self._i += 1

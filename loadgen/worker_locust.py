@@ -104,7 +104,8 @@ class _State:
         self.in_flight: dict[int, float] = {}
         self.sent = 0
         self.max_lag: float | None = None
-        self.lines: list[str] = []
+        # Lines to write, and records not yet printed (see _take_lines).
+        self.lines: list[str | RequestRecord] = []
         self.headers: dict[str, str] = {}
         self.path = "/v1/completions"
         self.ids = count()
@@ -538,7 +539,18 @@ def run_session(user: FastHttpUser, last: int | None = None) -> None:
 
 
 def _emit(rec: RequestRecord) -> None:
-    STATE.lines.append(rec.to_line())
+    STATE.lines.append(rec)
+
+
+def _take_lines() -> list[str]:
+    """The lines waiting to be written, each record printed now: a flush's records in a row.
+
+    At low load about one request ends an engine step, and a record printed as its request
+    ends runs its code on caches gone cold since the last: printed with the rest of a flush
+    it costs less (together with the prompts built ahead, about 5% of the worker's CPU at 64
+    streams)."""
+    lines, STATE.lines = STATE.lines, []
+    return [x if type(x) is str else x.to_line() for x in lines]
 
 
 class _StreamingUser(FastHttpUser):
@@ -702,7 +714,7 @@ def _status(env: Environment) -> str:
 def _flusher(env: Environment, write) -> None:
     while True:
         gevent.sleep(FLUSH_S)
-        lines, STATE.lines = STATE.lines, []
+        lines = _take_lines()
         lines.append(_status(env))
         write(lines)
 
@@ -873,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
         _read_commands(env, shape, processes, write)
     finally:
         runner.quit()
-        lines, STATE.lines = STATE.lines, []
+        lines = _take_lines()
         if args.role == "local":
             lines.append(_status(env))
         write(lines)

@@ -159,7 +159,7 @@ wl.ClosedLoopUser.host = sys.argv[1]
 user = wl.ClosedLoopUser(Environment(user_classes=[wl.ClosedLoopUser], events=wl.events))
 for _ in range(3):
     wl.stream_one(user)
-print(json.dumps(wl.STATE.lines))
+print(json.dumps(wl._take_lines()))
 """
 
 
