@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import gevent  # noqa: E402
+from reader_run import Raw, chunk, event  # noqa: E402  (beside this script)
 
 from loadgen import _hotread, rxstamp, worker_reader  # noqa: E402
 from loadgen.chunked import ChunkedBody  # noqa: E402
@@ -29,21 +30,6 @@ from loadgen.read_collect import STREAMS_FROM  # noqa: E402
 from loadgen.sse import SseParser  # noqa: E402
 
 STREAMS = STREAMS_FROM  # enough for the worker's policy to gather
-
-
-def chunk(text: str, rid: int) -> bytes:
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
-    obj = {"id": f"cmpl-{rid}", "object": "text_completion", "model": "m", "choices": [choice]}
-    payload = b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-    return b"%x\r\n" % len(payload) + payload + b"\r\n"
-
-
-class Raw:
-    def __init__(self) -> None:
-        self.message_complete = False
-
-    def release(self) -> None:
-        pass
 
 
 def main() -> None:
@@ -72,7 +58,7 @@ def main() -> None:
     def write(indices: list[int], text: str, note: str) -> None:
         before = [taken(i) for i in indices]
         for i in indices:
-            servers[i].sendall(chunk(text, i))
+            servers[i].sendall(chunk(event(text, rid=f"cmpl-{i}")))
         deadline = time.monotonic() + 10
         while any(taken(i) == b for i, b in zip(indices, before)) and time.monotonic() < deadline:
             time.sleep(0.0005)

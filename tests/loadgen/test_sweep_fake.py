@@ -307,14 +307,20 @@ def test_a_worker_started_elsewhere_joins_the_sweep(fake_server, tmp_path) -> No
     assert {r["w"] for r in raw if r.get("k") == "r"} == {f"{socket.gethostname()}-{worker.pid}"}
 
 
+def _sweep_under_a_1s_timeout(fake_server, tmp_path, itl: str) -> tuple[int, Path]:
+    """A 2-user sweep of a server whose first token comes at once, then ``itl`` apart."""
+    url = fake_server("--ttft", "0.01", "--itl", itl)
+    out = tmp_path / f"itl-{itl}"
+    rc = main(["sweep", "--target", url, "--concurrency", "2", "--request-timeout", "1", *QUICK,
+               "--out", str(out)])  # fmt: skip
+    return rc, out
+
+
 def test_a_stream_slower_than_the_request_timeout_fails_as_such(
     fake_server, tmp_path, capsys
 ) -> None:
-    # First token at once, then 10 tokens 0.3 s apart: 3 s a request, against a 1 s limit.
-    url = fake_server("--ttft", "0.01", "--itl", "0.3")
-    out = tmp_path / "slow"
-    rc = main(["sweep", "--target", url, "--concurrency", "2", "--request-timeout", "1", *QUICK,
-               "--out", str(out)])  # fmt: skip
+    # 10 tokens 0.3 s apart: 3 s a request, against a 1 s limit.
+    rc, out = _sweep_under_a_1s_timeout(fake_server, tmp_path, "0.3")
     err = capsys.readouterr().err
     assert rc == 1 and "every request failed" in err
     (s,) = _steps(out)
@@ -328,10 +334,7 @@ def test_requests_inside_the_request_timeout_all_complete_however_many_a_user_se
     # 0.5 s a request against a 1 s limit: each user sends several in the step, each under
     # the deadline its user starts again per request (a deadline left running from an
     # earlier request would cut a later one short, and its user with it).
-    url = fake_server("--ttft", "0.01", "--itl", "0.05")
-    out = tmp_path / "ok"
-    rc = main(["sweep", "--target", url, "--concurrency", "2", "--request-timeout", "1", *QUICK,
-               "--out", str(out)])  # fmt: skip
+    rc, out = _sweep_under_a_1s_timeout(fake_server, tmp_path, "0.05")
     assert rc == 0, capsys.readouterr().err
     (s,) = _effective(_steps(out))
     assert s["error_ratio"] == 0 and s["requests_completed"] >= 4, s
