@@ -299,13 +299,6 @@ def _setter(fn: Any, ptr: int) -> Any:
     return lambda seconds: fn(ptr, seconds)
 
 
-def _collect_setter(loop: Any) -> Any:
-    """A function that sets libev's io collect interval on ``loop`` for every poll, or None
-    (see _collect_function)."""
-    found = _collect_function(loop)
-    return None if found is None else _setter(*found)
-
-
 _READER: StreamReader | None = None
 
 
